@@ -1,0 +1,31 @@
+"""remat: training neural networks in less memory by rematerialization.
+
+``remat_core`` is framework-agnostic: it imports numpy and scipy only (numba
+and solver libraries are imported where used).
+"""
+
+from .errors import (
+    GraphValidationError,
+    InvalidScheduleError,
+    RematError,
+    ScheduleVerificationError,
+    SolverError,
+    UnknownMethodError,
+)
+from .graph import Graph, Node, load_dtr_dag
+from .plan import Compute, ExecutionPlan, Free, InvalidPlanError, make_plan, replay
+from .schedule import RematResult, Schedule, SolveStatus
+from .simulate import SimulationResult, checkpoint_all_peak_bytes, optimal_r_given_s, simulate
+from .solvers import available_methods, register_method, solve
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Graph", "Node", "load_dtr_dag",
+    "Schedule", "SolveStatus", "RematResult",
+    "simulate", "SimulationResult", "optimal_r_given_s", "checkpoint_all_peak_bytes",
+    "make_plan", "replay", "ExecutionPlan", "Compute", "Free",
+    "solve", "available_methods", "register_method",
+    "RematError", "GraphValidationError", "InvalidScheduleError", "InvalidPlanError",
+    "UnknownMethodError", "SolverError", "ScheduleVerificationError",
+]

@@ -1,0 +1,560 @@
+"""The training graph: an immutable, validated DAG in topological order.
+
+A :class:`Graph` holds forward nodes, the loss and backward nodes of one
+training step. Node ``k`` produces one value of ``memory_bytes[k]`` bytes,
+costs ``cost[k]`` to compute from its inputs ``deps[k]`` and may need
+``workspace_bytes[k]`` of scratch memory while it runs. ``fixed_bytes``
+(parameters, their gradients, inputs) is always resident.
+
+Nodes may be given in any order; they are stored in a topological order (a
+stable one: if the input already is topological, it is kept) and
+``original_index`` maps each stored node back to its input position.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .errors import GraphValidationError
+
+__all__ = ["Node", "Graph", "load_dtr_dag", "GRAPH_FORMAT", "GRAPH_FORMAT_VERSION"]
+
+GRAPH_FORMAT = "remat-graph"
+GRAPH_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Node:
+    """One operation of a training graph (the input form of :class:`Graph`).
+
+    Parameters
+    ----------
+    name : str
+        Unique name.
+    cost : float
+        Cost of computing the node once (any unit: seconds, FLOPs, ...), ``>= 0``.
+    memory_bytes : int
+        Size of the value it produces, ``>= 0``.
+    workspace_bytes : int
+        Scratch memory needed while it runs, ``>= 0``.
+    is_backward : bool
+        Whether the node belongs to the backward pass.
+    deps : sequence of str
+        Names of the nodes whose values it reads.
+    """
+
+    name: str
+    cost: float = 1.0
+    memory_bytes: int = 1
+    workspace_bytes: int = 0
+    is_backward: bool = False
+    deps: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
+def _check_number(value: Any, what: str, integer: bool) -> float | int:
+    """Validate one non-negative finite number; ``what`` names it in the error."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise GraphValidationError(f"{what} must be a non-negative number; got {value!r}")
+    if isinstance(value, (float, np.floating)) and not math.isfinite(float(value)):
+        raise GraphValidationError(f"{what} must be finite; got {value!r}")
+    if value < 0:
+        raise GraphValidationError(f"{what} must be >= 0; got {value!r}")
+    if integer:
+        if float(value) != int(value):
+            raise GraphValidationError(f"{what} must be an integer number of bytes; got {value!r}")
+        return int(value)
+    return float(value)
+
+
+def _number_array(values: Any, n: int, what: str, integer: bool, names: Sequence[str]) -> np.ndarray:
+    """Vectorized validation of a per-node array (the fast path for large graphs)."""
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise GraphValidationError(f"`{what}` must be an array of numbers: {exc}") from None
+    if arr.ndim == 0:
+        arr = np.full(n, float(arr))
+    if arr.shape != (n,):
+        raise GraphValidationError(f"`{what}` must have one entry per node ({n}); got shape {arr.shape}")
+    bad = np.flatnonzero(~np.isfinite(arr) | (arr < 0))
+    if bad.size:
+        k = int(bad[0])
+        raise GraphValidationError(
+            f"{what} of node {names[k]!r} must be a finite number >= 0; got {arr[k]!r}"
+        )
+    if integer:
+        nonint = np.flatnonzero(arr != np.floor(arr))
+        if nonint.size:
+            k = int(nonint[0])
+            raise GraphValidationError(f"{what} of node {names[k]!r} must be an integer; got {arr[k]!r}")
+        return arr.astype(np.int64)
+    return arr
+
+
+class Graph:
+    """An immutable training graph stored in topological order.
+
+    Parameters
+    ----------
+    nodes : iterable of Node or mapping
+        The nodes, in any order. Mappings take the fields of :class:`Node`.
+    fixed_bytes : int, optional
+        Always-resident bytes (parameters, parameter gradients, inputs).
+    name : str, optional
+        A label for reports.
+    meta : mapping, optional
+        JSON-serializable extra information (kept by :meth:`save`).
+
+    Raises
+    ------
+    GraphValidationError
+        On a cycle, a self-loop, an unknown or duplicate name, or a negative,
+        NaN or infinite number; the message names the node or edge.
+
+    Examples
+    --------
+    >>> from remat_core import Graph, Node
+    >>> g = Graph([Node("b", deps=("a",)), Node("a")])
+    >>> g.names
+    ('a', 'b')
+    >>> g.deps
+    ((), (0,))
+    """
+
+    __slots__ = (
+        "_names", "_index", "_cost", "_memory_bytes", "_workspace_bytes", "_is_backward",
+        "_deps", "_users", "_dep_ptr", "_dep_idx", "_user_ptr", "_user_idx",
+        "_original_index", "_fixed_bytes", "_name", "_meta",
+    )
+
+    def __init__(
+        self,
+        nodes: Iterable[Node | Mapping[str, Any]],
+        fixed_bytes: int = 0,
+        name: str = "",
+        meta: Mapping[str, Any] | None = None,
+    ):
+        nodes = [self._as_node(x, i) for i, x in enumerate(nodes)]
+        names = [x.name for x in nodes]
+        index: dict[str, int] = {}
+        for i, nm in enumerate(names):
+            if nm in index:
+                raise GraphValidationError(f"duplicate node name {nm!r} (positions {index[nm]} and {i})")
+            index[nm] = i
+        deps: list[list[int]] = []
+        for x in nodes:
+            d = []
+            for dn in x.deps:
+                if dn == x.name:
+                    raise GraphValidationError(f"self-loop on node {x.name!r}")
+                if dn not in index:
+                    raise GraphValidationError(f"node {x.name!r} depends on unknown node {dn!r}")
+                d.append(index[dn])
+            deps.append(d)
+        cost = [_check_number(x.cost, f"cost of node {x.name!r}", False) for x in nodes]
+        mem = [_check_number(x.memory_bytes, f"memory_bytes of node {x.name!r}", True) for x in nodes]
+        ws = [_check_number(x.workspace_bytes, f"workspace_bytes of node {x.name!r}", True) for x in nodes]
+        bwd = [bool(x.is_backward) for x in nodes]
+        self._build(names, deps, np.asarray(cost, float), np.asarray(mem, np.int64),
+                    np.asarray(ws, np.int64), np.asarray(bwd, bool), fixed_bytes, name, meta)
+
+    @staticmethod
+    def _as_node(x: Node | Mapping[str, Any], position: int) -> Node:
+        if isinstance(x, Node):
+            node = x
+        elif isinstance(x, Mapping):
+            unknown = set(x) - set(Node.__dataclass_fields__)
+            if unknown:
+                raise GraphValidationError(f"node at position {position} has unknown fields {sorted(unknown)}")
+            if "name" not in x:
+                raise GraphValidationError(f"node at position {position} has no `name`")
+            node = Node(**{**x, "deps": tuple(x.get("deps", ()))})
+        else:
+            raise GraphValidationError(f"`nodes` must hold Node objects or mappings; got {type(x).__name__} at position {position}")
+        if not isinstance(node.name, str) or not node.name:
+            raise GraphValidationError(f"node name must be a non-empty string; got {node.name!r} at position {position}")
+        if isinstance(node.deps, str):
+            raise GraphValidationError(f"deps of node {node.name!r} must be a sequence of names, not a string")
+        return node
+
+    @classmethod
+    def from_arrays(
+        cls,
+        deps: Sequence[Sequence[int]],
+        cost: Any = 1.0,
+        memory_bytes: Any = 1,
+        workspace_bytes: Any = 0,
+        is_backward: Any = False,
+        names: Sequence[str] | None = None,
+        fixed_bytes: int = 0,
+        name: str = "",
+        meta: Mapping[str, Any] | None = None,
+    ) -> "Graph":
+        """Build a graph from per-node arrays; ``deps[k]`` lists input positions of node ``k``.
+
+        The vectorized constructor for large graphs. Positions may be in any
+        order (a topological order is computed, as in the main constructor).
+
+        Examples
+        --------
+        >>> g = Graph.from_arrays([[], [0], [0, 1]], cost=[1, 2, 3], memory_bytes=4)
+        >>> g.n, float(g.cost.sum()), int(g.memory_bytes.sum())
+        (3, 6.0, 12)
+        """
+        n = len(deps)
+        if names is None:
+            names = [str(i) for i in range(n)]
+        else:
+            names = list(names)
+            if len(names) != n:
+                raise GraphValidationError(f"`names` must have one entry per node ({n}); got {len(names)}")
+            seen: dict[str, int] = {}
+            for i, nm in enumerate(names):
+                if not isinstance(nm, str) or not nm:
+                    raise GraphValidationError(f"node name must be a non-empty string; got {nm!r} at position {i}")
+                if nm in seen:
+                    raise GraphValidationError(f"duplicate node name {nm!r} (positions {seen[nm]} and {i})")
+                seen[nm] = i
+        dl: list[list[int]] = []
+        for k, d in enumerate(deps):
+            row = []
+            for i in d:
+                if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)) or not 0 <= i < n:
+                    raise GraphValidationError(f"node {names[k]!r} depends on unknown node position {i!r}")
+                if i == k:
+                    raise GraphValidationError(f"self-loop on node {names[k]!r}")
+                row.append(int(i))
+            dl.append(row)
+        c = _number_array(cost, n, "cost", False, names)
+        m = _number_array(memory_bytes, n, "memory_bytes", True, names)
+        w = _number_array(workspace_bytes, n, "workspace_bytes", True, names)
+        b = np.asarray(is_backward, dtype=bool)
+        if b.ndim == 0:
+            b = np.full(n, bool(b))
+        if b.shape != (n,):
+            raise GraphValidationError(f"`is_backward` must have one entry per node ({n}); got shape {b.shape}")
+        self = cls.__new__(cls)
+        self._build(names, dl, c, m, w, b, fixed_bytes, name, meta)
+        return self
+
+    def _build(self, names, deps, cost, mem, ws, bwd, fixed_bytes, name, meta) -> None:
+        n = len(names)
+        fixed = _check_number(fixed_bytes, "`fixed_bytes`", True)
+        # de-duplicate repeated inputs of one node (x * x reads x once), keeping order
+        deps = [list(dict.fromkeys(d)) for d in deps]
+        order = _stable_toposort(deps, names)
+        pos = np.empty(n, dtype=np.int64)
+        pos[order] = np.arange(n)
+        self._names = tuple(names[i] for i in order)
+        self._index = {nm: k for k, nm in enumerate(self._names)}
+        new_deps = tuple(tuple(sorted(int(pos[i]) for i in deps[o])) for o in order)
+        self._deps = new_deps
+        users: list[list[int]] = [[] for _ in range(n)]
+        for k, d in enumerate(new_deps):
+            for i in d:
+                users[i].append(k)
+        self._users = tuple(tuple(u) for u in users)
+        self._dep_ptr, self._dep_idx = _csr(new_deps)
+        self._user_ptr, self._user_idx = _csr(self._users)
+        self._cost = _readonly(np.ascontiguousarray(cost[order], dtype=np.float64))
+        self._memory_bytes = _readonly(np.ascontiguousarray(mem[order], dtype=np.int64))
+        self._workspace_bytes = _readonly(np.ascontiguousarray(ws[order], dtype=np.int64))
+        self._is_backward = _readonly(np.ascontiguousarray(bwd[order], dtype=bool))
+        self._original_index = _readonly(np.asarray(order, dtype=np.int64))
+        self._fixed_bytes = int(fixed)
+        self._name = str(name)
+        meta = dict(meta or {})
+        try:
+            json.dumps(meta)
+        except TypeError as exc:
+            raise GraphValidationError(f"`meta` must be JSON-serializable: {exc}") from None
+        self._meta = meta
+
+    # ------------------------------------------------------------------ access
+    @property
+    def n(self) -> int:
+        """Number of nodes."""
+        return len(self._names)
+
+    def __len__(self) -> int:
+        return self.n
+
+    names = property(lambda self: self._names, doc="Node names in topological order.")
+    cost = property(lambda self: self._cost, doc="Per-node cost (float64, read-only).")
+    memory_bytes = property(lambda self: self._memory_bytes, doc="Per-node output size (int64, read-only).")
+    workspace_bytes = property(lambda self: self._workspace_bytes, doc="Per-node scratch memory (int64, read-only).")
+    is_backward = property(lambda self: self._is_backward, doc="Per-node backward flag (bool, read-only).")
+    deps = property(lambda self: self._deps, doc="Input indices of each node (sorted tuples).")
+    users = property(lambda self: self._users, doc="Indices of the nodes reading each node (sorted tuples).")
+    fixed_bytes = property(lambda self: self._fixed_bytes, doc="Always-resident bytes.")
+    name = property(lambda self: self._name, doc="Graph label.")
+    original_index = property(lambda self: self._original_index, doc="Input position of each stored node.")
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """A copy of the extra JSON-serializable information."""
+        return json.loads(json.dumps(self._meta))
+
+    @property
+    def csr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(dep_ptr, dep_idx, user_ptr, user_idx)``: int64 CSR adjacency for kernels."""
+        return self._dep_ptr, self._dep_idx, self._user_ptr, self._user_idx
+
+    @property
+    def edges(self) -> np.ndarray:
+        """All edges ``i -> k`` as an ``(E, 2)`` int64 array, sorted by ``(k, i)``."""
+        counts = np.diff(self._dep_ptr)
+        return np.column_stack([self._dep_idx, np.repeat(np.arange(self.n, dtype=np.int64), counts)]).astype(np.int64)
+
+    def index(self, name: str) -> int:
+        """Topological index of the node called ``name``."""
+        try:
+            return self._index[name]
+        except KeyError:
+            raise GraphValidationError(f"no node named {name!r}") from None
+
+    def node(self, k: int) -> Node:
+        """The :class:`Node` stored at topological index ``k``."""
+        return Node(
+            name=self._names[k], cost=float(self._cost[k]), memory_bytes=int(self._memory_bytes[k]),
+            workspace_bytes=int(self._workspace_bytes[k]), is_backward=bool(self._is_backward[k]),
+            deps=tuple(self._names[i] for i in self._deps[k]),
+        )
+
+    def nodes(self) -> list[Node]:
+        """All nodes, in topological order."""
+        return [self.node(k) for k in range(self.n)]
+
+    @property
+    def forward_indices(self) -> np.ndarray:
+        """Indices of the nodes that are not backward nodes."""
+        return np.flatnonzero(~self._is_backward)
+
+    @property
+    def backward_indices(self) -> np.ndarray:
+        """Indices of backward nodes."""
+        return np.flatnonzero(self._is_backward)
+
+    def min_budget_lower_bound_bytes(self) -> int:
+        """A budget below this value is infeasible for every schedule.
+
+        Computing node ``k`` needs its inputs and its own output resident at
+        once, plus its workspace and the fixed bytes:
+        ``fixed + max_k (m_k + ws_k + sum_{i in deps(k)} m_i)``. It is a bound,
+        not always attained.
+        """
+        if self.n == 0:
+            return self._fixed_bytes
+        counts = np.diff(self._dep_ptr)
+        dep_sum = np.zeros(self.n, dtype=np.int64)
+        np.add.at(dep_sum, np.repeat(np.arange(self.n), counts), self._memory_bytes[self._dep_idx])
+        need = self._memory_bytes + self._workspace_bytes + dep_sum
+        return int(self._fixed_bytes + need.max())
+
+    def replace(self, **changes: Any) -> "Graph":
+        """A new graph with some per-node arrays or graph fields replaced.
+
+        ``cost``, ``memory_bytes``, ``workspace_bytes``, ``is_backward`` take a
+        per-node array in this graph's (topological) order; ``fixed_bytes``,
+        ``name`` and ``meta`` take a value.
+
+        Examples
+        --------
+        >>> from remat_core.zoo import linear_graph
+        >>> g = linear_graph(2).replace(fixed_bytes=10)
+        >>> g.fixed_bytes
+        10
+        """
+        allowed = {"cost", "memory_bytes", "workspace_bytes", "is_backward", "fixed_bytes", "name", "meta"}
+        unknown = set(changes) - allowed
+        if unknown:
+            raise TypeError(f"replace() got unknown fields {sorted(unknown)}; allowed: {sorted(allowed)}")
+        kw = dict(
+            cost=self._cost, memory_bytes=self._memory_bytes, workspace_bytes=self._workspace_bytes,
+            is_backward=self._is_backward, fixed_bytes=self._fixed_bytes, name=self._name, meta=self._meta,
+        )
+        kw.update(changes)
+        return Graph.from_arrays(self._deps, names=self._names, **kw)
+
+    # ----------------------------------------------------------- comparison
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Graph):
+            return NotImplemented
+        return (
+            self._names == other._names and self._deps == other._deps
+            and np.array_equal(self._cost, other._cost)
+            and np.array_equal(self._memory_bytes, other._memory_bytes)
+            and np.array_equal(self._workspace_bytes, other._workspace_bytes)
+            and np.array_equal(self._is_backward, other._is_backward)
+            and self._fixed_bytes == other._fixed_bytes
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        label = f" {self._name!r}" if self._name else ""
+        return (
+            f"<Graph{label}: {self.n} nodes ({int(self._is_backward.sum())} backward), "
+            f"{len(self._dep_idx)} edges, fixed_bytes={self._fixed_bytes}>"
+        )
+
+    # ------------------------------------------------------------------ I/O
+    def to_dict(self) -> dict[str, Any]:
+        """The versioned JSON-ready form used by :meth:`save`."""
+        return {
+            "format": GRAPH_FORMAT,
+            "version": GRAPH_FORMAT_VERSION,
+            "name": self._name,
+            "fixed_bytes": self._fixed_bytes,
+            "meta": self._meta,
+            "nodes": [
+                {
+                    "name": self._names[k],
+                    "cost": float(self._cost[k]),
+                    "memory_bytes": int(self._memory_bytes[k]),
+                    "workspace_bytes": int(self._workspace_bytes[k]),
+                    "is_backward": bool(self._is_backward[k]),
+                    "deps": [self._names[i] for i in self._deps[k]],
+                }
+                for k in range(self.n)
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Graph":
+        """Inverse of :meth:`to_dict`; checks the format name and version."""
+        if not isinstance(data, Mapping) or data.get("format") != GRAPH_FORMAT:
+            raise GraphValidationError(f"not a remat graph: expected \"format\": {GRAPH_FORMAT!r}")
+        version = data.get("version")
+        if version != GRAPH_FORMAT_VERSION:
+            raise GraphValidationError(
+                f"unsupported graph format version {version!r}; this remat reads version {GRAPH_FORMAT_VERSION}"
+            )
+        if "nodes" not in data:
+            raise GraphValidationError("graph JSON has no `nodes`")
+        return cls(data["nodes"], fixed_bytes=data.get("fixed_bytes", 0), name=data.get("name", ""),
+                   meta=data.get("meta"))
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the graph as versioned JSON (atomically: a temporary file then a rename)."""
+        path = os.fspath(path)
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(self.to_dict(), f)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Graph":
+        """Read a graph written by :meth:`save`."""
+        with open(path) as f:
+            try:
+                data = json.load(f)
+            except json.JSONDecodeError as exc:
+                raise GraphValidationError(f"{os.fspath(path)!r} is not valid JSON: {exc}") from None
+        return cls.from_dict(data)
+
+
+def _csr(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    ptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(r) for r in rows])
+    idx = np.fromiter((i for r in rows for i in r), dtype=np.int64, count=int(ptr[-1]))
+    return _readonly(ptr), _readonly(idx)
+
+
+def _stable_toposort(deps: Sequence[Sequence[int]], names: Sequence[str]) -> list[int]:
+    """Kahn's algorithm, always taking the ready node of smallest input position."""
+    n = len(deps)
+    indeg = [len(d) for d in deps]
+    users: list[list[int]] = [[] for _ in range(n)]
+    for k, d in enumerate(deps):
+        for i in d:
+            users[i].append(k)
+    if all(i < k for k, d in enumerate(deps) for i in d):
+        return list(range(n))  # already topological: keep it
+    ready = [k for k in range(n) if indeg[k] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        k = heapq.heappop(ready)
+        order.append(k)
+        for u in users[k]:
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) < n:
+        left = {k for k in range(n) if indeg[k] > 0}
+        cycle = _find_cycle(deps, left)
+        path = " -> ".join(repr(names[k]) for k in cycle)
+        raise GraphValidationError(f"graph has a cycle: {path}")
+    return order
+
+
+def _find_cycle(deps: Sequence[Sequence[int]], left: set[int]) -> list[int]:
+    """A cycle among the nodes Kahn's algorithm could not order (walk inputs until one repeats)."""
+    k = min(left)
+    seen: dict[int, int] = {}
+    walk: list[int] = []
+    while k not in seen:
+        seen[k] = len(walk)
+        walk.append(k)
+        k = next(i for i in deps[k] if i in left)
+    cyc = walk[seen[k]:]
+    cyc.reverse()  # report in edge direction (input -> user)
+    return cyc + [cyc[0]]
+
+
+def load_dtr_dag(path: str | os.PathLike) -> Graph:
+    """Load a training graph in the format of ``shared/data/dtr_dags``.
+
+    The file holds ``nodes`` (``id``, ``cost_cpu`` in ns, ``cost_ram`` in
+    bytes), ``args`` (node id -> list of input ids) and
+    ``cost_ram_parameters`` (bytes of parameters, taken as ``fixed_bytes``).
+    The recordings do not say which operators belong to the backward pass, so
+    ``is_backward`` is all false.
+
+    Raises
+    ------
+    GraphValidationError
+        If a key is missing or a value is invalid (the message names it).
+    """
+    with open(path) as f:
+        try:
+            data = json.load(f)
+        except json.JSONDecodeError as exc:
+            raise GraphValidationError(f"{os.fspath(path)!r} is not valid JSON: {exc}") from None
+    for key in ("nodes", "args"):
+        if key not in data:
+            raise GraphValidationError(f"{os.fspath(path)!r}: missing key {key!r} of the DTR DAG format")
+    nodes = data["nodes"]
+    ids = [nd["id"] for nd in nodes]
+    pos = {i: p for p, i in enumerate(ids)}
+    if len(pos) != len(ids):
+        raise GraphValidationError(f"{os.fspath(path)!r}: duplicate node ids")
+    deps = []
+    for nd in nodes:
+        args = data["args"].get(str(nd["id"]), [])
+        try:
+            deps.append([pos[a] for a in args])
+        except KeyError as exc:
+            raise GraphValidationError(f"node {nd['id']} reads unknown node id {exc.args[0]!r}") from None
+    return Graph.from_arrays(
+        deps,
+        cost=[nd["cost_cpu"] for nd in nodes],
+        memory_bytes=[nd["cost_ram"] for nd in nodes],
+        names=[str(i) for i in ids],
+        fixed_bytes=int(data.get("cost_ram_parameters", 0)),
+        name=str(data.get("name", os.path.basename(os.fspath(path)))),
+        meta={"source": data.get("source", ""), "cost_unit": data.get("cost_cpu_units", "ns")},
+    )

@@ -1,0 +1,95 @@
+"""The one place that chooses a kernel implementation.
+
+Implementations, in preference order: ``native`` (the C++ module built from
+``native/``, when present), ``numba``, ``reference`` (pure Python, the spec).
+The environment variable ``REMAT_KERNEL=reference|numba|native`` forces one;
+:func:`use_kernel` does the same in a ``with`` block. Asking for one that is
+not available raises :class:`~remat_core.errors.UnknownMethodError` listing
+those that are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+from types import ModuleType
+from typing import Iterator
+
+import numpy as np
+
+from ..errors import UnknownMethodError
+
+__all__ = ["available_kernels", "kernel_name", "get_kernel", "use_kernel", "simulate", "r_given_s"]
+
+# name -> module path, in preference order
+_IMPLEMENTATIONS = {
+    "native": "remat_core.kernels._native",
+    "numba": "remat_core.kernels._numba",
+    "reference": "remat_core.kernels._reference",
+}
+_loaded: dict[str, ModuleType | None] = {}
+_forced: list[str] = []
+
+
+def _load(name: str) -> ModuleType | None:
+    if name not in _loaded:
+        try:
+            _loaded[name] = importlib.import_module(_IMPLEMENTATIONS[name])
+        except ImportError:
+            _loaded[name] = None
+    return _loaded[name]
+
+
+def available_kernels() -> list[str]:
+    """Names of the implementations that import on this machine, preferred first."""
+    return [name for name in _IMPLEMENTATIONS if _load(name) is not None]
+
+
+def kernel_name() -> str:
+    """The implementation the next kernel call will use."""
+    wanted = _forced[-1] if _forced else os.environ.get("REMAT_KERNEL", "").strip().lower()
+    if wanted:
+        if wanted not in _IMPLEMENTATIONS or _load(wanted) is None:
+            raise UnknownMethodError(
+                f"kernel implementation {wanted!r} is not available; available: {available_kernels()}"
+            )
+        return wanted
+    return available_kernels()[0]
+
+
+def get_kernel(name: str | None = None) -> ModuleType:
+    """The kernel module called ``name`` (default: :func:`kernel_name`)."""
+    name = name or kernel_name()
+    mod = _load(name) if name in _IMPLEMENTATIONS else None
+    if mod is None:
+        raise UnknownMethodError(f"kernel implementation {name!r} is not available; available: {available_kernels()}")
+    return mod
+
+
+@contextlib.contextmanager
+def use_kernel(name: str) -> Iterator[None]:
+    """Force one implementation inside a ``with`` block (overrides ``REMAT_KERNEL``)."""
+    get_kernel(name)
+    _forced.append(name)
+    try:
+        yield
+    finally:
+        _forced.pop()
+
+
+def _i64(a) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+def simulate(n, R_ptr, R_idx, S_ptr, S_idx, dep_ptr, dep_idx, mem, ws, fixed, kernel: str | None = None):
+    """Dispatching wrapper of the simulation kernel (see ``_reference.simulate``)."""
+    k = get_kernel(kernel)
+    return k.simulate(int(n), _i64(R_ptr), _i64(R_idx), _i64(S_ptr), _i64(S_idx), _i64(dep_ptr), _i64(dep_idx),
+                      _i64(mem), _i64(ws), np.int64(fixed))
+
+
+def r_given_s(n, S_ptr, S_idx, dep_ptr, dep_idx, kernel: str | None = None):
+    """Dispatching wrapper of the optimal-R-given-S kernel (see ``_reference.r_given_s``)."""
+    k = get_kernel(kernel)
+    return k.r_given_s(int(n), _i64(S_ptr), _i64(S_idx), _i64(dep_ptr), _i64(dep_idx))

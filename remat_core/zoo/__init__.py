@@ -1,0 +1,11 @@
+"""Benchmark and test graphs: generators, and model graphs shipped as JSON.
+
+Generators: :func:`linear_graph` (the paper's standard chain),
+:func:`random_layered_dag` (seeded random forward DAGs),
+:func:`training_graph` (loss and backward nodes derived from a forward DAG the
+way reverse-mode autodiff does) and :func:`random_training_graph`.
+"""
+
+from .generators import linear_graph, random_layered_dag, random_training_graph, training_graph
+
+__all__ = ["linear_graph", "random_layered_dag", "random_training_graph", "training_graph"]

@@ -1,0 +1,1 @@
+"""Keras / TensorFlow adapter (not implemented yet; no open issue covers it)."""

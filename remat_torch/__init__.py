@@ -1,0 +1,4 @@
+"""PyTorch adapter: extract a training graph, profile it, execute plans.
+
+Under construction (issue 5); nothing here is public yet.
+"""
