@@ -56,7 +56,7 @@ def _to_csr(mat: Any, name: str) -> tuple[int, np.ndarray, np.ndarray]:
             if np.any(bad):
                 t, i = np.argwhere(bad)[0]
                 raise InvalidScheduleError(
-                    f"`{name}` must be binary (0/1); {name}[{t}, {i}] = {a[t, i]!r}", stage=int(t), node=int(i)
+                    f"`{name}` must be binary (0/1); {name}[{t}, {i}] = {a[t, i].item()!r}", stage=int(t), node=int(i)
                 )
         rows, cols = np.nonzero(a)
         n = a.shape[0]

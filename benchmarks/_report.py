@@ -1,0 +1,90 @@
+"""Shared helpers for benchmark scripts: markdown tables and README sections.
+
+Each script owns one section of ``benchmarks/README.md`` delimited by
+``<!-- BEGIN name -->`` / ``<!-- END name -->`` and rewrites only that section,
+so scripts can run in any order. Raw results go to ``benchmarks/results/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from typing import Any, Sequence
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+README = os.path.join(HERE, "README.md")
+RESULTS = os.path.join(HERE, "results")
+
+
+def machine_line() -> str:
+    """One line describing where the numbers were measured."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=HERE, check=False).stdout.strip()
+    except OSError:
+        commit = ""
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}" + (f", commit {commit}" if commit else "")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub markdown table."""
+    def fmt(x: Any) -> str:
+        if isinstance(x, float):
+            return f"{x:.4g}"
+        return str(x)
+
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    out += ["| " + " | ".join(fmt(x) for x in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def write_section(name: str, markdown: str) -> None:
+    """Replace (or append) the README section called ``name``."""
+    begin, end = f"<!-- BEGIN {name} -->", f"<!-- END {name} -->"
+    text = open(README).read() if os.path.exists(README) else "# Benchmarks\n"
+    block = f"{begin}\n{markdown.rstrip()}\n{end}"
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
+    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    tmp = README + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, README)
+
+
+def save_json(name: str, data: Any) -> str:
+    """Write raw results to ``benchmarks/results/<name>.json``; returns the path."""
+    os.makedirs(RESULTS, exist_ok=True)
+    path = os.path.join(RESULTS, f"{name}.json")
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1, default=str)
+    return path
+
+
+def command_line() -> str:
+    """How this script was run, for the README."""
+    return "python " + " ".join([os.path.relpath(sys.argv[0], os.path.dirname(HERE))] + sys.argv[1:])
+
+
+DATA_DIR = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "data", "dtr_dags"))
+DTR_GRAPHS = [
+    "U-Net_6", "ResNet-32_56", "InceptionV4_64", "Transformer_10",
+    "DenseNet-121_84", "Unrolled_GAN", "TreeLSTM_D.6", "LSTM_512",
+]
+
+
+def dtr_graph_path(name: str) -> str:
+    """Path of one of the eight shared DTR graphs (``REMAT_DATA_DIR`` overrides the folder)."""
+    return os.path.join(os.environ.get("REMAT_DATA_DIR", DATA_DIR), f"{name}.json")
