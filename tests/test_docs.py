@@ -1,0 +1,25 @@
+"""The core tutorial's code blocks run, and print what the page says they print."""
+
+import contextlib
+import io
+import os
+import re
+
+DOCS = os.path.join(os.path.dirname(__file__), "..", "docs")
+
+
+def code_blocks(page):
+    text = open(os.path.join(DOCS, page)).read()
+    blocks = re.findall(r"\.\. code-block:: python\n\n((?:    .*\n|\n)+)", text)
+    return [re.sub(r"^    ", "", b, flags=re.M) for b in blocks]
+
+
+def test_tutorial_core_runs_and_comments_match_output():
+    env: dict = {}
+    for block in code_blocks("tutorial_core.rst"):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(block, "tutorial_core.rst", "exec"), env)
+        expected = [c.strip() for line in block.splitlines() if line.strip().startswith("print(")
+                    for c in re.findall(r"#\s*(.*)$", line)]
+        assert out.getvalue().split("\n")[: len(expected)] == expected
