@@ -1,7 +1,7 @@
 """The one place that chooses a kernel implementation.
 
-Implementations, in preference order: ``native`` (the C++ module built from
-``native/``, when present), ``numba``, ``reference`` (pure Python, the spec).
+Implementations, in preference order: ``native`` (the C++ module built by pip
+from ``native/kernels.cpp``), ``numba``, ``reference`` (pure Python, the spec).
 The environment variable ``REMAT_KERNEL=reference|numba|native`` forces one;
 :func:`use_kernel` does the same in a ``with`` block. Asking for one that is
 not available raises :class:`~remat_core.errors.UnknownMethodError` listing

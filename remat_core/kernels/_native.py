@@ -1,0 +1,23 @@
+"""Native (C++17) kernels: the algorithms of ``_reference.py``, compiled by pip.
+
+The extension ``_native_ext`` is built from ``native/kernels.cpp``; this
+wrapper gives it the signatures of ``_numba.py`` (int64 arrays in, int64
+arrays out). Importing this module raises ImportError when the extension was
+not built, and the dispatcher falls back to numba.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _native_ext  # noqa: F401  (ImportError -> implementation unavailable)
+
+
+def simulate(n, R_ptr, R_idx, S_ptr, S_idx, dep_ptr, dep_idx, mem, ws, fixed):
+    info, steps = _native_ext.simulate(int(n), R_ptr, R_idx, S_ptr, S_idx, dep_ptr, dep_idx, mem, ws, int(fixed))
+    return np.frombuffer(info, dtype=np.int64), np.frombuffer(steps, dtype=np.int64)
+
+
+def r_given_s(n, S_ptr, S_idx, dep_ptr, dep_idx):
+    ptr, idx = _native_ext.r_given_s(int(n), S_ptr, S_idx, dep_ptr, dep_idx)
+    return np.frombuffer(ptr, dtype=np.int64), np.frombuffer(idx, dtype=np.int64)
