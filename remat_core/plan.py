@@ -130,7 +130,7 @@ def make_plan(graph: Graph, schedule: Schedule, hoist: bool = True) -> Execution
     >>> g = linear_graph(1)
     >>> plan = make_plan(g, Schedule.checkpoint_all(g))
     >>> [type(s).__name__ for s in plan][:4]
-    ['Compute', 'Compute', 'Free', 'Compute']
+    ['Compute', 'Compute', 'Compute', 'Free']
     """
     from .simulate import simulate
 
