@@ -35,6 +35,14 @@ MethodFn = Callable[..., RematResult]
 # name -> "module:function" or a callable; preference order for listings
 _METHODS: dict[str, str | MethodFn] = {
     "checkpoint-all": "remat_core.solvers.checkpoint_all:solve_checkpoint_all",
+    "chen-sqrtn": "remat_core.solvers.baselines:solve_chen_sqrtn",
+    "chen-greedy": "remat_core.solvers.baselines:solve_chen_greedy",
+    "griewank-logn": "remat_core.solvers.griewank:solve_griewank_logn",
+    "ap-sqrtn": "remat_core.solvers.baselines:solve_ap_sqrtn",
+    "ap-greedy": "remat_core.solvers.baselines:solve_ap_greedy",
+    "linearized-sqrtn": "remat_core.solvers.baselines:solve_linearized_sqrtn",
+    "linearized-greedy": "remat_core.solvers.baselines:solve_linearized_greedy",
+    "rotor": "remat_core.solvers.rotor:solve_rotor",
 }
 
 
