@@ -7,5 +7,6 @@ way reverse-mode autodiff does) and :func:`random_training_graph`.
 """
 
 from .generators import linear_graph, random_layered_dag, random_training_graph, training_graph
+from .models import list_zoo, zoo_graph
 
-__all__ = ["linear_graph", "random_layered_dag", "random_training_graph", "training_graph"]
+__all__ = ["linear_graph", "random_layered_dag", "random_training_graph", "training_graph", "list_zoo", "zoo_graph"]
