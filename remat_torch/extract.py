@@ -1,0 +1,751 @@
+"""Extract the joint forward+backward graph of an ``nn.Module`` as a :class:`remat_core.Graph`.
+
+The joint graph comes from AOTAutograd (:func:`torch._functorch.aot_autograd.aot_function`
+with a partition function that captures the joint module): functionalized aten
+ops, parameters, buffers, inputs and output tangents lifted to placeholders,
+buffer mutations (BatchNorm running statistics) turned into explicit outputs.
+
+The aten ops are then grouped into remat nodes:
+
+1. *units*: one aten op together with the ``getitem`` nodes that unpack its
+   outputs and every op whose outputs only alias its storage (views,
+   ``detach``, ``t``, ``_unsafe_view``...), so that a storage is counted once.
+   Aliasing is decided on storages (``StorageWeakRef``) by running the joint
+   graph once on fake tensors. Views of parameters, inputs or tangents cost no
+   memory and are inlined into every node that reads them.
+2. *groups* at the chosen granularity: ``"op"`` (one unit per node),
+   ``"module"`` (maximal runs of consecutive units with the same innermost
+   module scope and the same forward/backward side) or ``"block"`` (the same,
+   with the scope cut at user-given modules). Runs of a topological order are
+   convex, so the grouped graph stays acyclic.
+
+A node's ``memory_bytes`` is the size of the distinct storages of the values it
+produces for other nodes; ``workspace_bytes`` is how far its internal
+temporaries push the peak above that. Parameters, buffers (and the snapshot of
+mutated buffers), inputs, output tangents, model outputs, buffer updates and
+gradients are ``fixed_bytes``.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from remat_core import Graph
+from remat_core.errors import RematError
+
+__all__ = ["UnsupportedModelError", "ExtractedGraph", "GroupSpec", "extract_graph", "GRANULARITIES"]
+
+log = logging.getLogger(__name__)
+
+GRANULARITIES = ("op", "module", "block")
+
+
+class UnsupportedModelError(RematError, NotImplementedError):
+    """The model uses a construct the PyTorch adapter cannot extract or execute.
+
+    The message names the construct (data-dependent control flow, an in-place
+    update of a parameter, an output that aliases an input, ...).
+    """
+
+
+class _Captured(Exception):
+    """Raised from the partition function once the joint graph is captured."""
+
+
+@dataclass
+class GroupSpec:
+    """How to run one remat node.
+
+    Attributes
+    ----------
+    name : str
+        The node name in the :class:`remat_core.Graph`.
+    fn : torch.fx.GraphModule
+        Takes ``len(inputs)`` tensors, returns a tuple of ``len(outputs)`` values.
+    inputs : list of tuple
+        Where each argument comes from: ``("ph", i)`` (joint placeholder ``i``)
+        or ``("node", dep_position, output_index)`` (output ``output_index``
+        of the node ``graph.deps[k][dep_position]``).
+    outputs : list of str
+        Names of the FX values it returns.
+    joint_outputs : list of tuple
+        ``(output_index, joint_output_index)`` for returned values that are
+        outputs of the joint graph (buffer updates, model outputs, gradients).
+    random : bool
+        Whether it contains random ops (its RNG state is replayed on recomputation).
+    ops : tuple of str
+        The aten ops it runs (inlined views of fixed tensors included).
+    scope : str
+        Module scope of its first op.
+    """
+
+    name: str
+    fn: Any
+    inputs: list
+    outputs: list
+    joint_outputs: list
+    random: bool
+    ops: tuple
+    scope: str
+    is_backward: bool
+    memory_bytes: int = 0
+    workspace_bytes: int = 0
+    fx_nodes: tuple = ()
+
+
+@dataclass
+class ExtractedGraph:
+    """A model's training graph and everything needed to execute it.
+
+    Attributes
+    ----------
+    graph : remat_core.Graph
+        The remat graph (forward nodes first; ``meta["n_forward"]`` of them).
+    groups : list of GroupSpec
+        One per graph node, in graph order.
+    joint : torch.fx.GraphModule
+        The joint forward+backward graph from AOTAutograd.
+    param_names, buffer_names : list of str
+        Placeholder order: parameters, buffers, inputs, tangents.
+    n_inputs : int
+    mutated_buffers : list of int
+        Buffer positions (in ``buffer_names``) updated by the forward pass, in
+        the order of the joint graph's first outputs.
+    n_user_outputs : int
+    out_spec : pytree spec of the model output
+    tangent_outputs : list of int
+        The user outputs that receive a tangent (floating and requiring grad).
+    grad_slots : list of int or None
+        For each primal (parameters, buffers, inputs), the joint output index
+        of its gradient, or ``None``.
+    """
+
+    graph: Graph
+    groups: list
+    joint: Any
+    param_names: list
+    buffer_names: list
+    n_inputs: int
+    mutated_buffers: list
+    n_user_outputs: int
+    out_spec: Any
+    tangent_outputs: list
+    grad_slots: list
+    tangent_meta: list = field(default_factory=list)
+    input_requires_grad: list = field(default_factory=list)
+    autocast_dtype: Any = None
+    device_type: str = "cpu"
+    granularity: str = "module"
+
+    @property
+    def n_params(self) -> int:
+        return len(self.param_names)
+
+    @property
+    def n_forward(self) -> int:
+        return int(self.graph.meta["n_forward"])
+
+    def __repr__(self) -> str:
+        return (f"<ExtractedGraph {self.graph.name!r}: {self.graph.n} nodes "
+                f"({self.n_forward} forward), granularity={self.granularity!r}, "
+                f"fixed {self.graph.fixed_bytes} bytes>")
+
+
+def _storage_bytes(t) -> int:
+    return int(t.untyped_storage().nbytes())
+
+
+def _flat_tensors(val) -> list:
+    import torch
+
+    if isinstance(val, torch.Tensor):
+        return [val]
+    if isinstance(val, (tuple, list)):
+        out = []
+        for v in val:
+            out.extend(_flat_tensors(v))
+        return out
+    return []
+
+
+def _as_tuple_inputs(example_inputs) -> tuple:
+    import torch
+
+    if isinstance(example_inputs, torch.Tensor):
+        return (example_inputs,)
+    if isinstance(example_inputs, (tuple, list)):
+        for i, x in enumerate(example_inputs):
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(f"`example_inputs[{i}]` must be a tensor; got {type(x).__name__}")
+        return tuple(example_inputs)
+    raise TypeError(f"`example_inputs` must be a tensor or a tuple of tensors; got {type(example_inputs).__name__}")
+
+
+def _trace_joint(model, example_inputs: tuple, autocast_dtype):
+    """Capture AOTAutograd's joint graph; returns (joint, n_fwd_outputs, names, scopes)."""
+    import torch
+    import torch.fx.traceback as fxt
+    from torch._functorch.aot_autograd import aot_function
+    from torch.func import functional_call
+
+    param_names = [k for k, _ in model.named_parameters()]
+    buffer_names = [k for k, _ in model.named_buffers()]
+    params = [p for _, p in model.named_parameters()]
+    buffers = [b for _, b in model.named_buffers()]
+    n_p, n_b = len(params), len(buffers)
+    captured: dict[str, Any] = {}
+
+    def partition(joint_module, joint_inputs, **kw):
+        import sys
+
+        captured["joint"] = joint_module
+        captured["num_fwd_outputs"] = kw["num_fwd_outputs"]
+        # AOTAutograd's view-and-mutation metadata lives in the caller's frame
+        frame = sys._getframe(1)
+        for _ in range(6):
+            if frame is None:
+                break
+            meta = frame.f_locals.get("fw_metadata")
+            if meta is not None and hasattr(meta, "input_info"):
+                captured["fw_metadata"] = meta
+                break
+            frame = frame.f_back
+        raise _Captured
+
+    def fn(*args):
+        state = {**dict(zip(param_names, args[:n_p])), **dict(zip(buffer_names, args[n_p:n_p + n_b]))}
+        return functional_call(model, state, tuple(args[n_p + n_b:]))
+
+    stack: list[str] = []
+
+    def set_scope():
+        fxt.current_meta.setdefault("custom", {})["remat_scope"] = stack[-1] if stack else ""
+
+    def pre(name):
+        def hook(mod, args):
+            stack.append(name)
+            set_scope()
+        return hook
+
+    def post(name):
+        def hook(mod, args, out):
+            if stack:
+                stack.pop()
+            set_scope()
+        return hook
+
+    handles = []
+    for name, mod in model.named_modules():
+        handles.append(mod.register_forward_pre_hook(pre(name)))
+        handles.append(mod.register_forward_hook(post(name)))
+    compiled = aot_function(fn, fw_compiler=lambda g, _: g, bw_compiler=lambda g, _: g, partition_fn=partition)
+    # clones: nothing is mutated or run for real (we stop inside the partitioner)
+    buffer_copies = [b.detach().clone() for b in buffers]
+    device_type = example_inputs[0].device.type if example_inputs else "cpu"
+    try:
+        with torch.random.fork_rng(devices=[]), fxt.preserve_node_meta():
+            if autocast_dtype is not None:
+                with torch.autocast(device_type=device_type, dtype=autocast_dtype):
+                    compiled(*params, *buffer_copies, *example_inputs)
+            else:
+                compiled(*params, *buffer_copies, *example_inputs)
+    except _Captured:
+        pass
+    except Exception as exc:  # translate tracing failures into a named construct
+        raise _translate_trace_error(exc) from exc
+    finally:
+        for h in handles:
+            h.remove()
+        fxt.current_meta.pop("custom", None)
+    if "joint" not in captured:
+        raise UnsupportedModelError(
+            "AOTAutograd produced no joint graph: the model output does not require grad "
+            "(no parameter or input with requires_grad reaches it)"
+        )
+    meta = captured.get("fw_metadata")
+    if meta is None:
+        raise UnsupportedModelError("could not read AOTAutograd's mutation metadata (unsupported torch version)")
+    mutated_inputs = [i for i, info in enumerate(meta.input_info) if info.mutates_data or info.mutates_metadata]
+    if getattr(meta, "num_intermediate_bases", 0):
+        raise UnsupportedModelError("model outputs that are views of intermediates are not supported "
+                                    "(return a `.clone()` instead)")
+    for i in mutated_inputs:
+        if i < n_p:
+            raise UnsupportedModelError(f"the forward pass updates parameter {param_names[i]!r} in place")
+        if i >= n_p + n_b:
+            raise UnsupportedModelError(f"the forward pass updates input {i - n_p - n_b} in place")
+    mutated = [i - n_p for i in mutated_inputs]
+    return captured["joint"], captured["num_fwd_outputs"], param_names, buffer_names, mutated
+
+
+def _translate_trace_error(exc: Exception) -> Exception:
+    name = type(exc).__name__
+    text = str(exc)
+    data_dep = ("DataDependent" in name or "GuardOnDataDependent" in name
+                or "data-dependent" in text.lower() or "data dependent" in text.lower()
+                or "_local_scalar_dense" in text)
+    if data_dep:
+        return UnsupportedModelError(
+            "data-dependent control flow or a tensor-to-Python conversion (`.item()`, `bool(tensor)`, "
+            f"`if tensor:`) cannot be traced into a static training graph: {name}: {text.splitlines()[0] if text else ''}"
+        )
+    if isinstance(exc, RematError):
+        return exc
+    return UnsupportedModelError(f"AOTAutograd could not trace the model: {name}: {text.splitlines()[0] if text else ''}")
+
+
+def _fake_metadata(model, example_inputs, autocast_dtype):
+    """Run the forward once on fake tensors: output structure and which outputs need a tangent."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.func import functional_call
+    from torch.utils._pytree import tree_flatten
+
+    mode = FakeTensorMode(allow_non_fake_inputs=False)
+    named_p = list(model.named_parameters())
+    named_b = list(model.named_buffers())
+    fp = {k: mode.from_tensor(v) for k, v in named_p}
+    fb = {k: mode.from_tensor(v) for k, v in named_b}
+    fx_in = [mode.from_tensor(x) for x in example_inputs]
+    device_type = example_inputs[0].device.type if example_inputs else "cpu"
+    try:
+        with torch.random.fork_rng(devices=[]), mode:
+            if autocast_dtype is not None:
+                with torch.autocast(device_type=device_type, dtype=autocast_dtype):
+                    out = functional_call(model, {**fp, **fb}, tuple(fx_in))
+            else:
+                out = functional_call(model, {**fp, **fb}, tuple(fx_in))
+    except Exception as exc:
+        raise _translate_trace_error(exc) from exc
+
+    flat, spec = tree_flatten(out)
+    for i, o in enumerate(flat):
+        if not isinstance(o, torch.Tensor):
+            raise UnsupportedModelError(f"model output {i} is a {type(o).__name__}, not a tensor")
+    tangent_outputs = [i for i, o in enumerate(flat) if o.requires_grad and (o.is_floating_point() or o.is_complex())]
+    return len(flat), spec, tangent_outputs
+
+
+def _scope_key(scope: str, granularity: str, blocks: Sequence[str]) -> str:
+    if granularity == "block":
+        for b in blocks:
+            if b == "" or scope == b or scope.startswith(b + "."):
+                return b
+    return scope
+
+
+def extract_graph(
+    model,
+    example_inputs,
+    granularity: str = "module",
+    blocks: Sequence[Any] | None = None,
+    cost_model: str = "unit",
+    autocast_dtype: Any = None,
+    name: str | None = None,
+    **profile_options: Any,
+) -> ExtractedGraph:
+    """Extract the training graph of ``model`` at a chosen granularity.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        Traced in its current mode (``train()`` for training). Not modified:
+        buffers are cloned and the random number generator state is restored.
+    example_inputs : torch.Tensor or tuple of torch.Tensor
+        Positional inputs; the graph is specialized to their shapes, dtypes
+        and ``requires_grad`` flags.
+    granularity : {"op", "module", "block"}
+        One node per aten op, per run of ops of the same innermost module,
+        or per run of ops inside the same module of ``blocks``.
+    blocks : sequence of str or torch.nn.Module, optional
+        For ``granularity="block"``: submodules (qualified names or
+        instances) whose ops form one forward and one backward node each;
+        ops outside them are grouped by module.
+    cost_model : {"unit", "flops", "profile"}
+        See :func:`remat_torch.profile.node_costs`.
+    autocast_dtype : torch.dtype, optional
+        Trace under ``torch.autocast(dtype=...)`` (dtype casts become ops).
+    name : str, optional
+        Graph name (default: the model's class name).
+    **profile_options
+        Passed to :func:`remat_torch.profile.node_costs` (``warmup``, ``repeats``).
+
+    Returns
+    -------
+    ExtractedGraph
+
+    Raises
+    ------
+    UnsupportedModelError
+        Data-dependent control flow, in-place updates of parameters or inputs,
+        outputs aliasing inputs, or other constructs the adapter cannot run;
+        the message names it.
+    TypeError, ValueError
+        On bad arguments (the message names the argument).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from remat_torch import extract_graph
+    >>> net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    >>> eg = extract_graph(net, torch.randn(3, 4))
+    >>> eg.graph.n, eg.n_forward
+    (6, 3)
+    """
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"`model` must be a torch.nn.Module; got {type(model).__name__}")
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"`granularity` must be one of {GRANULARITIES}; got {granularity!r}")
+    from .profile import COST_MODELS, node_costs
+
+    if cost_model not in COST_MODELS:
+        raise ValueError(f"`cost_model` must be one of {COST_MODELS}; got {cost_model!r}")
+    block_names: list[str] = []
+    if granularity == "block":
+        if not blocks:
+            raise ValueError("`blocks` must name at least one submodule when `granularity` is 'block'")
+        by_id = {id(m): n for n, m in model.named_modules()}
+        names_all = set(by_id.values())
+        for b in blocks:
+            if isinstance(b, torch.nn.Module):
+                if id(b) not in by_id:
+                    raise ValueError(f"`blocks` holds a module that is not a submodule of `model`: {type(b).__name__}")
+                block_names.append(by_id[id(b)])
+            elif isinstance(b, str):
+                if b not in names_all:
+                    raise ValueError(f"`blocks` names unknown submodule {b!r}")
+                block_names.append(b)
+            else:
+                raise TypeError(f"`blocks` must hold module names or modules; got {type(b).__name__}")
+        block_names.sort(key=len, reverse=True)  # innermost first
+    elif blocks:
+        raise ValueError(f"`blocks` is only used with granularity='block'; got granularity={granularity!r}")
+    inputs = _as_tuple_inputs(example_inputs)
+    n_user, out_spec, tangent_outputs = _fake_metadata(model, inputs, autocast_dtype)
+    joint, n_fwd_out, param_names, buffer_names, mutated = _trace_joint(model, inputs, autocast_dtype)
+    n_primals = len(param_names) + len(buffer_names) + len(inputs)
+    out_node = next(n for n in joint.graph.nodes if n.op == "output")
+    outs = list(out_node.args[0])
+    if len(outs) != n_fwd_out + n_primals:
+        raise UnsupportedModelError(
+            f"unexpected joint graph layout: {len(outs)} outputs for {n_fwd_out} forward outputs and {n_primals} primals"
+        )
+    if n_fwd_out != len(mutated) + n_user:
+        raise UnsupportedModelError(
+            f"the joint graph has {n_fwd_out} forward outputs but the model has {n_user} outputs and mutates "
+            f"{len(mutated)} buffers: outputs that alias inputs or intermediates (views returned by forward) "
+            "are not supported"
+        )
+    grad_slots = [n_fwd_out + i if outs[n_fwd_out + i] is not None else None for i in range(n_primals)]
+    placeholders = [n for n in joint.graph.nodes if n.op == "placeholder"]
+    n_tangents = len(placeholders) - n_primals
+    if n_tangents != len(tangent_outputs):
+        raise UnsupportedModelError(
+            f"the joint graph has {n_tangents} tangents but {len(tangent_outputs)} model outputs require grad"
+        )
+    groups, tangent_meta, fixed_extra = _group(joint, placeholders, outs, n_primals, granularity, block_names)
+    # fixed bytes: parameters, buffers, mutated-buffer snapshots, inputs, tangents, joint outputs
+    fixed = 0
+    seen: set = set()
+    for t in [p for _, p in model.named_parameters()] + [b for _, b in model.named_buffers()] + list(inputs):
+        key = (t.untyped_storage().data_ptr(), t.device)
+        if key not in seen:
+            seen.add(key)
+            fixed += _storage_bytes(t)
+    bufs = [b for _, b in model.named_buffers()]
+    fixed += sum(_storage_bytes(bufs[j]) for j in mutated)
+    fixed += fixed_extra
+    for shape, stride, dtype in tangent_meta:  # output tangents arrive with backward
+        numel = 1 + sum((d - 1) * st for d, st in zip(shape, stride)) if all(shape) else 0
+        fixed += numel * torch.empty((), dtype=dtype).element_size()
+    n_forward = sum(1 for g in groups if not g.is_backward)
+    nodes_deps = [sorted({src[1] for src in g.inputs if src[0] == "node"}) for g in groups]
+    # remap ("node", group_index, out) to ("node", dep_position, out)
+    for g, deps in zip(groups, nodes_deps):
+        pos = {d: i for i, d in enumerate(deps)}
+        g.inputs = [("node", pos[s[1]], s[2]) if s[0] == "node" else s for s in g.inputs]
+    graph = Graph.from_arrays(
+        nodes_deps,
+        cost=[1.0] * len(groups),
+        memory_bytes=[g.memory_bytes for g in groups],
+        workspace_bytes=[g.workspace_bytes for g in groups],
+        is_backward=[g.is_backward for g in groups],
+        names=[g.name for g in groups],
+        fixed_bytes=int(fixed),
+        name=name or type(model).__name__,
+        meta={"kind": "torch", "granularity": granularity, "n_forward": n_forward,
+              "model": type(model).__name__, "cost_model": cost_model,
+              "input_shapes": [list(x.shape) for x in inputs]},
+    )
+    if list(graph.names) != [g.name for g in groups]:
+        raise RematError("internal error: grouped nodes are not in topological order")  # pragma: no cover
+    eg = ExtractedGraph(
+        graph=graph, groups=groups, joint=joint, param_names=param_names, buffer_names=buffer_names,
+        n_inputs=len(inputs), mutated_buffers=mutated, n_user_outputs=n_user, out_spec=out_spec,
+        tangent_outputs=tangent_outputs, grad_slots=grad_slots, tangent_meta=tangent_meta,
+        input_requires_grad=[bool(x.requires_grad) for x in inputs], autocast_dtype=autocast_dtype,
+        device_type=inputs[0].device.type if inputs else "cpu", granularity=granularity,
+    )
+    if cost_model != "unit":
+        costs, unit = node_costs(eg, model, inputs, cost_model, **profile_options)
+        meta = eg.graph.meta
+        meta["cost_unit"] = unit
+        eg.graph = eg.graph.replace(cost=costs, meta=meta)
+    else:
+        meta = eg.graph.meta
+        meta["cost_unit"] = "node"
+        eg.graph = eg.graph.replace(meta=meta)
+    log.info("extracted %r", eg)
+    return eg
+
+
+def _group(joint, placeholders, outs, n_primals, granularity, block_names):
+    """Units, groups, memory and workspace. Returns (groups, tangent_meta, fixed_extra_bytes)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    env: dict[Any, Any] = {}
+    for ph in placeholders:
+        val = ph.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            raise UnsupportedModelError(f"joint-graph input {ph.name} has no tensor metadata")
+        with mode:
+            env[ph] = torch.empty_strided(val.shape, val.stride(), dtype=val.dtype, device=val.device)
+    tangent_meta = [(tuple(env[ph].shape), tuple(env[ph].stride()), env[ph].dtype) for ph in placeholders[n_primals:]]
+
+    def key(t):
+        return StorageWeakRef(t.untyped_storage())
+
+    owner: dict[Any, Any] = {}  # storage -> unit head (fx node) or "fixed"
+    nbytes: dict[Any, int] = {}
+    for ph in placeholders:
+        k = key(env[ph])
+        owner[k] = "fixed"
+        nbytes[k] = _storage_bytes(env[ph])
+    unit_of: dict[Any, Any] = {}  # fx node -> unit head
+    fixed_view: set = set()
+    heads: list = []
+    members: dict[Any, list] = {}
+    value_keys: dict[Any, list] = {}
+    pos = {n: i for i, n in enumerate(joint.graph.nodes)}
+    with mode:
+        for node in joint.graph.nodes:
+            if node.op != "call_function":
+                if node.op == "get_attr":
+                    raise UnsupportedModelError(f"joint graph reads attribute {node.target!r} (constant tensors are not supported)")
+                continue
+            args = torch.fx.node.map_arg(node.args, lambda a: env[a])
+            kwargs = torch.fx.node.map_arg(node.kwargs, lambda a: env[a])
+            val = node.target(*args, **kwargs)
+            env[node] = val
+            ts = _flat_tensors(val)
+            ks = [key(t) for t in ts]
+            value_keys[node] = [(k, _storage_bytes(t)) for k, t in zip(ks, ts) if _storage_bytes(t) > 0]
+            if node.target is operator.getitem:
+                parent = node.args[0]
+                if parent in fixed_view:
+                    fixed_view.add(node)
+                else:
+                    unit_of[node] = unit_of[parent]
+                    members[unit_of[parent]].append(node)
+                continue
+            real = [(k, b) for k, b in value_keys[node]]
+            known = [k for k, _ in real if k in owner]
+            if real and len(known) == len(real):
+                owners = {owner[k] if owner[k] == "fixed" else id(owner[k]) for k in known}
+                if len(owners) != 1:
+                    raise UnsupportedModelError(f"op {node.format_node()} returns aliases of several tensors")
+                o = owner[known[0]]
+                if o == "fixed":
+                    fixed_view.add(node)
+                else:
+                    unit_of[node] = o
+                    members[o].append(node)
+                    for a in node.all_input_nodes:
+                        if a not in fixed_view and a.op != "placeholder" and unit_of.get(a) is not o:
+                            raise UnsupportedModelError(
+                                f"op {node.format_node()} aliases one tensor but reads others")
+                continue
+            if known:
+                raise UnsupportedModelError(f"op {node.format_node()} returns both new tensors and aliases")
+            for k, b in real:
+                owner[k] = node
+                nbytes[k] = b
+            unit_of[node] = node
+            members[node] = [node]
+            heads.append(node)
+
+    # joint outputs: their storages are fixed memory
+    joint_out_index: dict[Any, list] = {}
+    fixed_keys = {k for k, o in owner.items() if o == "fixed"}
+    extra_fixed = 0
+    for j, o in enumerate(outs):
+        if o is None:
+            continue
+        if o.op == "placeholder" or o in fixed_view:
+            raise UnsupportedModelError(
+                f"joint output {j} ({o.name}) aliases a parameter, input or tangent "
+                "(a model output or gradient that is a view of an input is not supported)")
+        joint_out_index.setdefault(o, []).append(j)
+        for k, b in value_keys[o]:
+            if k not in fixed_keys:
+                fixed_keys.add(k)
+                extra_fixed += b
+
+    # groups: runs of consecutive units with the same key
+    def tag(n):
+        return n.meta.get("partitioner_tag") == "is_backward"
+
+    def scope(n):
+        return (n.meta.get("custom") or {}).get("remat_scope", "")
+
+    runs: list[list] = []
+    last_key = None
+    for h in heads:  # heads are in FX (topological) order
+        if granularity == "op":
+            k = (id(h),)
+        else:
+            k = (_scope_key(scope(h), granularity, block_names), tag(h))
+        if runs and k == last_key:
+            runs[-1].append(h)
+        else:
+            runs.append([h])
+        last_key = k
+    group_of_unit = {}
+    for gi, run in enumerate(runs):
+        for h in run:
+            group_of_unit[h] = gi
+    group_nodes: list[list] = [[] for _ in runs]
+    for h in heads:
+        group_nodes[group_of_unit[h]].extend(members[h])
+    for lst in group_nodes:
+        lst.sort(key=lambda n: pos[n])
+    group_of = {n: group_of_unit[unit_of[n]] for n in unit_of}
+    order = sorted(range(len(runs)), key=lambda g: (tag(runs[g][0]), pos[runs[g][0]]))
+    rank = {g: r for r, g in enumerate(order)}
+    ph_index = {ph: i for i, ph in enumerate(placeholders)}
+
+    groups: list[GroupSpec] = []
+    out_lists: dict[int, list] = {}
+    # outputs of each group: values read by other groups or returned by the joint graph
+    for g in range(len(runs)):
+        olist = []
+        for n in group_nodes[g]:
+            if isinstance(env[n], (tuple, list)) and not isinstance(env[n], torch.Tensor):
+                continue  # multi-output op: its getitems are the values
+            used_outside = any(u.op == "call_function" and u not in fixed_view and group_of.get(u) != g
+                               for u in n.users)
+            if used_outside or n in joint_out_index:
+                olist.append(n)
+        out_lists[g] = olist
+    for g in order:
+        nodes = group_nodes[g]
+        is_bwd = tag(runs[g][0])
+        gm, inputs, ops = _build_group_module(joint, nodes, fixed_view, group_of, g, ph_index, out_lists, rank)
+        olist = out_lists[g]
+        jouts = [(i, j) for i, n in enumerate(olist) for j in joint_out_index.get(n, [])]
+        # memory: distinct non-fixed storages of the outputs
+        out_keys: dict[Any, int] = {}
+        for n in olist:
+            for k, b in value_keys[n]:
+                if k not in fixed_keys:
+                    out_keys[k] = b
+        mem = sum(out_keys.values())
+        ws = _internal_peak(nodes, olist, value_keys, fixed_keys) - mem
+        head = runs[g][0]
+        name = f"{'bwd' if is_bwd else 'fwd'}{len(groups)}:{scope(head) or '<root>'}:{head.name}"
+        random = any(torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ()) for n in nodes
+                     if callable(n.target))
+        groups.append(GroupSpec(
+            name=name, fn=gm, inputs=inputs, outputs=[n.name for n in olist], joint_outputs=jouts,
+            random=random, ops=ops, scope=_scope_key(scope(head), granularity, block_names), is_backward=is_bwd,
+            memory_bytes=int(mem), workspace_bytes=int(max(ws, 0)), fx_nodes=tuple(n.name for n in nodes)))
+    # translate ("node", group_id, out) with group ids -> graph positions
+    for spec in groups:
+        spec.inputs = [("node", rank[s[1]], s[2]) if s[0] == "node" else s for s in spec.inputs]
+    return groups, tangent_meta, extra_fixed
+
+
+def _internal_peak(nodes, outputs, value_keys, fixed_keys) -> int:
+    """Largest sum of live non-fixed storages created inside a group while it runs.
+
+    Same rule as the executor's measuring mode: after each op its new values
+    are live; a value dies after its last read inside the group unless it is
+    an output; a storage counts while any live value references it.
+    """
+    inside = set(nodes)
+    out_set = set(outputs)
+    last_use = {}
+    for i, n in enumerate(nodes):
+        for a in n.all_input_nodes:
+            if a in inside:
+                last_use[a] = i
+    live: dict[Any, int] = {}  # value -> index
+    peak = 0
+    for i, n in enumerate(nodes):
+        live[n] = i
+        cur: dict[Any, int] = {}
+        for v in live:
+            for k, b in value_keys.get(v, ()):
+                if k not in fixed_keys:
+                    cur[k] = b
+        peak = max(peak, sum(cur.values()))
+        for a in list(live):
+            if a not in out_set and last_use.get(a, live[a]) <= i:
+                del live[a]
+    return peak
+
+
+def _build_group_module(joint, nodes, fixed_view, group_of, g, ph_index, out_lists, rank):
+    """An fx.GraphModule computing one group; returns (gm, input sources, op names)."""
+    import torch
+    import torch.fx as fx
+
+    graph = fx.Graph()
+    env: dict[Any, Any] = {}
+    inputs: list = []
+    ops: list[str] = []
+    out_pos = {gid: {n: i for i, n in enumerate(lst)} for gid, lst in out_lists.items()}
+
+    def new_placeholder(label):
+        first = next((x for x in graph.nodes if x.op != "placeholder"), None)
+        if first is None:
+            return graph.placeholder(label)
+        with graph.inserting_before(first):
+            return graph.placeholder(label)
+
+    def load(a):
+        if a in env:
+            return env[a]
+        if a.op == "placeholder":
+            p = new_placeholder(f"in{len(inputs)}_{a.name}")
+            inputs.append(("ph", ph_index[a]))
+            env[a] = p
+            return p
+        if a in fixed_view:
+            v = graph.node_copy(a, load)
+            ops.append(str(a.target))
+            env[a] = v
+            return v
+        src = group_of[a]
+        if src == g:  # pragma: no cover - nodes are copied in order
+            raise RematError(f"internal error: {a.name} read before it is computed")
+        p = new_placeholder(f"in{len(inputs)}_{a.name}")
+        inputs.append(("node", src, out_pos[src][a]))
+        env[a] = p
+        return p
+
+    for n in nodes:
+        env[n] = graph.node_copy(n, load)
+        if n.target is not operator.getitem:
+            ops.append(str(n.target))
+    graph.output(tuple(env[n] for n in out_lists[g]))
+    gm = fx.GraphModule(torch.nn.Module(), graph)
+    return gm, inputs, tuple(ops)

@@ -1,0 +1,136 @@
+"""Cost models for the nodes of an extracted graph.
+
+``"unit"``
+    Every node costs 1.
+``"flops"``
+    Floating-point operations counted by :class:`torch.utils.flop_counter.FlopCounterMode`
+    on fake tensors (no real compute), plus the number of elements the node
+    writes, so that pointwise and memory-bound ops (which the flop counter
+    leaves at zero) are not free to recompute. Unit: ``"flop"``.
+``"profile"``
+    Measured time in seconds: CUDA events on a GPU; on CPU the wall clock
+    (``time.perf_counter``) with ``warmup`` untimed runs and the median of
+    ``repeats`` timed runs. All node outputs are held at once while profiling
+    (checkpoint-all without frees), so profile on inputs that fit.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = ["COST_MODELS", "node_costs"]
+
+log = logging.getLogger(__name__)
+
+COST_MODELS = ("unit", "flops", "profile")
+
+
+def _placeholder_values(eg, model, inputs, fake_mode=None):
+    import torch
+
+    vals = [p.detach() for _, p in model.named_parameters()]
+    vals += [b.detach().clone() for _, b in model.named_buffers()]
+    vals += [x.detach() for x in inputs]
+    dev = inputs[0].device if inputs else torch.device("cpu")
+    for shape, stride, dtype in eg.tangent_meta:
+        vals.append(torch.ones(shape, dtype=dtype, device=dev).as_strided(shape, stride)
+                    if torch.empty(shape).as_strided(shape, stride).is_contiguous()
+                    else torch.ones(shape, dtype=dtype, device=dev))
+    if fake_mode is not None:
+        vals = [fake_mode.from_tensor(v) for v in vals]
+    return vals
+
+
+def _args(spec, k, values, outs, graph):
+    deps = graph.deps[k]
+    return [values[s[1]] if s[0] == "ph" else outs[deps[s[1]]][s[2]] for s in spec.inputs]
+
+
+def node_costs(eg, model, inputs: Sequence, cost_model: str, warmup: int = 2, repeats: int = 5,
+               progress: bool = False) -> tuple[np.ndarray, str]:
+    """Cost of every node of ``eg.graph`` under ``cost_model``.
+
+    Parameters
+    ----------
+    eg : ExtractedGraph
+    model : torch.nn.Module
+    inputs : sequence of torch.Tensor
+        The example inputs the graph was extracted with.
+    cost_model : {"unit", "flops", "profile"}
+    warmup, repeats : int
+        For ``"profile"``: untimed and timed runs per node (median of the timed).
+    progress : bool
+        Show a tqdm progress bar.
+
+    Returns
+    -------
+    costs : numpy.ndarray
+    unit : str
+        ``"node"``, ``"flop"`` or ``"s"``.
+
+    Raises
+    ------
+    ValueError
+        On an unknown ``cost_model`` or non-positive ``repeats``.
+    """
+    import torch
+
+    if cost_model not in COST_MODELS:
+        raise ValueError(f"`cost_model` must be one of {COST_MODELS}; got {cost_model!r}")
+    if int(repeats) < 1:
+        raise ValueError(f"`repeats` must be a positive integer; got {repeats!r}")
+    if int(warmup) < 0:
+        raise ValueError(f"`warmup` must be >= 0; got {warmup!r}")
+    g = eg.graph
+    if cost_model == "unit":
+        return np.ones(g.n), "node"
+    from tqdm.auto import tqdm
+
+    costs = np.zeros(g.n)
+    outs: list = [None] * g.n
+    it = tqdm(range(g.n), desc=f"cost model {cost_model}", disable=not progress)
+    if cost_model == "flops":
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.utils.flop_counter import FlopCounterMode
+
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+        values = _placeholder_values(eg, model, inputs, mode)
+        with torch.random.fork_rng(devices=[]), torch.no_grad(), mode:
+            for k in it:
+                spec = eg.groups[k]
+                args = _args(spec, k, values, outs, g)
+                with FlopCounterMode(display=False) as fc:
+                    res = spec.fn.forward(*args)
+                written = sum(t.numel() for t in res if isinstance(t, torch.Tensor))
+                costs[k] = float(fc.get_total_flops()) + float(written)
+                outs[k] = res
+        return costs, "flop"
+    values = _placeholder_values(eg, model, inputs)
+    cuda = any(v.is_cuda for v in values)
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        for k in it:
+            spec = eg.groups[k]
+            args = _args(spec, k, values, outs, g)
+            for _ in range(int(warmup)):
+                spec.fn.forward(*args)
+            times = []
+            for _ in range(int(repeats)):
+                if cuda:
+                    start = torch.cuda.Event(enable_timing=True)
+                    end = torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    res = spec.fn.forward(*args)
+                    end.record()
+                    torch.cuda.synchronize()
+                    times.append(start.elapsed_time(end) / 1e3)
+                else:
+                    t0 = time.perf_counter()
+                    res = spec.fn.forward(*args)
+                    times.append(time.perf_counter() - t0)
+            costs[k] = float(np.median(times))
+            outs[k] = res
+    return costs, "s"

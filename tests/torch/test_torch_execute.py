@@ -1,0 +1,146 @@
+"""The executor: exact gradients, BN statistics, dropout masks, memory equal to the simulator, counts."""
+
+import copy
+import os
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+sys.path.insert(0, os.path.dirname(__file__))
+
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from torch_cases import MODELS, assert_same_state, eager_step, keep_schedule, make_case  # noqa: E402
+
+from remat_core import Schedule, make_plan, simulate  # noqa: E402
+from remat_torch import Executor, extract_graph  # noqa: E402
+
+_CACHE = {}
+
+
+def extracted(name, granularity):
+    if (name, granularity) not in _CACHE:
+        model, inputs = make_case(name)
+        _CACHE[name, granularity] = (model, inputs, extract_graph(model, inputs, granularity=granularity))
+    return _CACHE[name, granularity]
+
+
+class OpCounter(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.counts = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.counts[str(func)] = self.counts.get(str(func), 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+CASES = [(name, gran, kind) for name in MODELS for gran in ("op", "module") for kind in ("all", "none", "half")
+         if not (gran == "op" and kind == "none")]  # op-level keep-nothing is quadratic: module level covers it
+
+
+@pytest.mark.parametrize("name,granularity,kind", CASES)
+def test_plan_matches_eager_and_simulator(name, granularity, kind):
+    model, inputs, eg = extracted(name, granularity)
+    g = eg.graph
+    sched = Schedule.checkpoint_all(g) if kind == "all" else keep_schedule(g, eg.n_forward, kind)
+    sim = simulate(g, sched)
+    ref, ref_out = eager_step(model, inputs)
+    for hoist in (False, True):
+        plan = make_plan(g, sched, hoist=hoist)
+        ex = Executor(eg, plan, measure=not hoist)  # measured temporaries, or the fast path
+        m = copy.deepcopy(model)
+        torch.manual_seed(1)
+        with OpCounter() as oc:
+            out = _step_sq(ex, m, inputs)
+        torch.testing.assert_close(out, ref_out, rtol=1.3e-6, atol=1e-5)
+        assert_same_state(m, ref)
+        # the tracked bytes of live tensors: equal to the simulator without hoisting, never above with it
+        if hoist:
+            assert ex.peak_bytes <= sim.peak_memory_bytes
+        else:
+            assert ex.peak_bytes == sim.peak_memory_bytes
+            assert np.array_equal(ex.step_bytes, sim.step_memory_bytes)
+        assert np.array_equal(ex.compute_counts, sched.compute_counts())
+        # aten ops actually dispatched == ops of the nodes the plan computes
+        planned = {}
+        for k, c in enumerate(sched.compute_counts()):
+            for op in eg.groups[k].ops:
+                planned[op] = planned.get(op, 0) + int(c)
+        for op in ("aten.convolution.default", "aten.native_dropout.default", "aten.mm.default",
+                   "aten._native_batch_norm_legit_functional.default", "aten.convolution_backward.default"):
+            assert oc.counts.get(op, 0) == planned.get(op, 0), op
+    if kind != "all":
+        assert sim.recompute_count > 0
+
+
+def _step_sq(ex, m, inputs):
+    """A step with loss sum(y**2): tangent 2*y, computed from the forward output."""
+    params = [p for _, p in m.named_parameters()]
+    buffers = [b for _, b in m.named_buffers()]
+    st = ex.begin(params, buffers, list(inputs))
+    ex.run_forward(st)
+    (out,) = ex.user_outputs(st)
+    ex.apply_buffer_updates(m, st)
+    ex.run_backward(st, [2 * out])
+    for p, gr in zip(params, ex.primal_grads(st)):
+        p.grad = gr
+    return out
+
+
+def test_dropout_masks_replayed_and_rng_stream_preserved():
+    model, inputs, eg = extracted("transformer", "op")
+    sched = keep_schedule(eg.graph, eg.n_forward, "none")
+    random_nodes = [k for k, grp in enumerate(eg.groups) if grp.random]
+    assert random_nodes and (sched.compute_counts()[random_nodes] > 1).all()  # dropout is recomputed
+    ex = Executor(eg, make_plan(eg.graph, sched))
+    m = copy.deepcopy(model)
+    torch.manual_seed(7)
+    ex.step(m, inputs)
+    after = torch.rand(4)
+    ref = copy.deepcopy(model)
+    torch.manual_seed(7)
+    ref(*inputs).sum().backward()
+    assert torch.equal(torch.rand(4), after)  # same number of random draws as eager
+    assert_same_state(m, ref)
+
+
+def test_bn_statistics_updated_once_with_recomputation():
+    model, inputs, eg = extracted("cnn", "module")
+    sched = keep_schedule(eg.graph, eg.n_forward, "none")
+    bn_nodes = [k for k, grp in enumerate(eg.groups) if "aten._native_batch_norm_legit_functional.default" in grp.ops
+                and not grp.is_backward]
+    assert (sched.compute_counts()[bn_nodes] > 1).all()
+    m = copy.deepcopy(model)
+    torch.manual_seed(3)
+    Executor(eg, make_plan(eg.graph, sched)).step(m, inputs)
+    Executor(eg, make_plan(eg.graph, sched)).step(m, inputs)
+    ref = copy.deepcopy(model)
+    torch.manual_seed(3)
+    for _ in range(2):
+        ref(*inputs).sum().backward()
+    assert_same_state(m, ref)
+    assert int(m.features[0][1].num_batches_tracked) == 2
+
+
+def test_gradients_accumulate_like_autograd():
+    model, inputs, eg = extracted("resnet", "module")
+    ex = Executor(eg, make_plan(eg.graph, Schedule.checkpoint_all(eg.graph)))
+    m = copy.deepcopy(model)
+    ref = copy.deepcopy(model)
+    for _ in range(2):
+        ex.step(m, inputs)
+        ref(*inputs).sum().backward()
+    assert_same_state(m, ref)
+
+
+def test_executor_rejects_foreign_plan():
+    model, inputs, eg = extracted("cnn", "module")
+    from remat_core.zoo import linear_graph
+
+    other = linear_graph(2)
+    with pytest.raises(ValueError, match="`plan`"):
+        Executor(eg, make_plan(other, Schedule.checkpoint_all(other)))
+    with pytest.raises(TypeError, match="`plan`"):
+        Executor(eg, "plan")
