@@ -12,7 +12,7 @@ from .errors import (
     SolverError,
     UnknownMethodError,
 )
-from .graph import Graph, Node, load_dtr_dag
+from .graph import Graph, Node, infer_loss_index, load_dtr_dag
 from .plan import Compute, ExecutionPlan, Free, InvalidPlanError, make_plan, replay
 from .schedule import RematResult, Schedule, SolveStatus
 from .simulate import SimulationResult, checkpoint_all_peak_bytes, optimal_r_given_s, simulate
@@ -23,7 +23,7 @@ from .sweep import SweepResult, sweep
 __version__ = "0.1.0"
 
 __all__ = [
-    "Graph", "Node", "load_dtr_dag",
+    "Graph", "Node", "load_dtr_dag", "infer_loss_index",
     "Schedule", "SolveStatus", "RematResult",
     "simulate", "SimulationResult", "optimal_r_given_s", "checkpoint_all_peak_bytes",
     "make_plan", "replay", "ExecutionPlan", "Compute", "Free",

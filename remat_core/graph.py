@@ -24,7 +24,7 @@ import numpy as np
 
 from .errors import GraphValidationError
 
-__all__ = ["Node", "Graph", "load_dtr_dag", "GRAPH_FORMAT", "GRAPH_FORMAT_VERSION"]
+__all__ = ["Node", "Graph", "load_dtr_dag", "infer_loss_index", "GRAPH_FORMAT", "GRAPH_FORMAT_VERSION"]
 
 GRAPH_FORMAT = "remat-graph"
 GRAPH_FORMAT_VERSION = 1
@@ -515,14 +515,45 @@ def _find_cycle(deps: Sequence[Sequence[int]], left: set[int]) -> list[int]:
     return cyc + [cyc[0]]
 
 
-def load_dtr_dag(path: str | os.PathLike) -> Graph:
+def infer_loss_index(graph: Graph) -> int:
+    """Guess where the forward pass ends in a training graph without backward flags.
+
+    In a training step every forward activation stays alive until the
+    backward pass reads it, so the number of values that checkpoint-all keeps
+    from one stage to the next grows through the forward pass and peaks right
+    after the loss. The loss is taken as the node computed just before the
+    stage that keeps the most values (the first such stage on ties).
+
+    This is a heuristic. It returns the true loss on every graph built by
+    :func:`remat_core.zoo.training_graph` and :func:`remat_core.zoo.linear_graph`
+    that the tests try, and on the Keras zoo graphs.
+
+    Examples
+    --------
+    >>> from remat_core.zoo import linear_graph
+    >>> g = linear_graph(5)
+    >>> infer_loss_index(g.replace(is_backward=[False] * g.n)) == g.meta["loss"]
+    True
+    """
+    from .schedule import Schedule
+
+    if graph.n < 2:
+        return 0
+    kept = np.diff(Schedule.checkpoint_all(graph).csr[2])
+    return max(0, int(np.argmax(kept)) - 1)
+
+
+def load_dtr_dag(path: str | os.PathLike, infer_backward: bool = True) -> Graph:
     """Load a training graph in the format of ``shared/data/dtr_dags``.
 
     The file holds ``nodes`` (``id``, ``cost_cpu`` in ns, ``cost_ram`` in
     bytes), ``args`` (node id -> list of input ids) and
     ``cost_ram_parameters`` (bytes of parameters, taken as ``fixed_bytes``).
-    The recordings do not say which operators belong to the backward pass, so
-    ``is_backward`` is all false.
+    The recordings do not say which operators belong to the backward pass.
+    With ``infer_backward`` (the default) the split is guessed by
+    :func:`infer_loss_index`: nodes after the inferred loss are marked
+    backward, and ``meta`` records ``"loss"`` and ``"backward_inferred": True``.
+    Without it, ``is_backward`` is all false.
 
     Raises
     ------
@@ -549,7 +580,7 @@ def load_dtr_dag(path: str | os.PathLike) -> Graph:
             deps.append([pos[a] for a in args])
         except KeyError as exc:
             raise GraphValidationError(f"node {nd['id']} reads unknown node id {exc.args[0]!r}") from None
-    return Graph.from_arrays(
+    graph = Graph.from_arrays(
         deps,
         cost=[nd["cost_cpu"] for nd in nodes],
         memory_bytes=[nd["cost_ram"] for nd in nodes],
@@ -558,3 +589,8 @@ def load_dtr_dag(path: str | os.PathLike) -> Graph:
         name=str(data.get("name", os.path.basename(os.fspath(path)))),
         meta={"source": data.get("source", ""), "cost_unit": data.get("cost_cpu_units", "ns")},
     )
+    if not infer_backward:
+        return graph
+    loss = infer_loss_index(graph)
+    return graph.replace(is_backward=np.arange(graph.n) > loss,
+                         meta={**graph.meta, "loss": loss, "backward_inferred": True})

@@ -52,4 +52,5 @@ def test_dtr_graph_is_not_chain_and_says_why():
     if not os.path.exists(path):
         pytest.skip("shared DTR graphs not available")
     reason = chain_reason(load_dtr_dag(path))
-    assert "is_backward is all false" in reason
+    assert "must be forward" in reason and "backward nodes" in reason
+    assert "is_backward is all false" in chain_reason(load_dtr_dag(path, infer_backward=False))

@@ -196,3 +196,28 @@ def test_load_dtr_dag_errors(tmp_path):
     p.write_text(json.dumps({"nodes": [{"id": 0, "cost_cpu": -1, "cost_ram": 1}], "args": {}}))
     with pytest.raises(GraphValidationError, match="cost of node '0'"):
         load_dtr_dag(p)
+
+
+def test_infer_loss_index_recovers_known_splits():
+    from remat_core import infer_loss_index
+    from remat_core.zoo import linear_graph, random_training_graph
+
+    for n in (1, 2, 7):
+        g = linear_graph(n)
+        assert infer_loss_index(g.replace(is_backward=np.zeros(g.n, bool))) == n
+    for seed in range(40):
+        g = random_training_graph(1 + seed % 9, 1 + seed % 3, seed=seed)
+        assert infer_loss_index(g) == g.meta["loss"]
+    assert infer_loss_index(Graph([Node("a")])) == 0
+
+
+@pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="shared/data not present")
+def test_load_dtr_dag_infers_the_backward_split():
+    path = os.path.join(SHARED_DATA, "ResNet-32_56.json")
+    g = load_dtr_dag(path)
+    raw = load_dtr_dag(path, infer_backward=False)
+    loss = g.meta["loss"]
+    assert g.meta["backward_inferred"] and not raw.is_backward.any()
+    assert not g.is_backward[: loss + 1].any() and g.is_backward[loss + 1:].all()
+    assert 0.3 * g.n < loss < 0.7 * g.n
+    assert g.deps == raw.deps and np.array_equal(g.cost, raw.cost)
