@@ -34,6 +34,8 @@ MethodFn = Callable[..., RematResult]
 
 # name -> "module:function" or a callable; preference order for listings
 _METHODS: dict[str, str | MethodFn] = {
+    "ilp": "remat_core.solvers.ilp:solve_ilp",
+    "lp-rounding": "remat_core.solvers.lp_rounding:solve_lp_rounding",
     "checkpoint-all": "remat_core.solvers.checkpoint_all:solve_checkpoint_all",
     "chen-sqrtn": "remat_core.solvers.baselines:solve_chen_sqrtn",
     "chen-greedy": "remat_core.solvers.baselines:solve_chen_greedy",

@@ -1,0 +1,168 @@
+"""MILP solve time: the paper's formulation vs the strong one, both with HiGHS, in one run.
+
+Instances: the issue's three linear graphs (``linear_graph(8)`` at 4 units,
+``(16)`` at 6, ``(24)`` at 8; unit costs and sizes) and seeded random training
+graphs of similar sizes at a tight budget. Each instance is solved three
+times, one after the other in this process: ``formulation="paper"`` and
+``formulation="strong"`` without warm start (the formulations alone), and the
+``ilp`` method's default (strong + warm start from the heuristics). The root
+LP bound of each formulation is reported too.
+
+    python benchmarks/bench_ilp.py            # all instances, 1800 s limit per solve
+    python benchmarks/bench_ilp.py --quick    # the two smallest instances, 120 s limit
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+from _report import RESULTS, command_line, machine_line, save_json, table, write_section  # noqa: E402
+
+from remat_core import solve  # noqa: E402
+from remat_core.formulation import build_milp  # noqa: E402
+from remat_core.solvers.backends import solve_arrays  # noqa: E402
+from remat_core.zoo import linear_graph, random_training_graph  # noqa: E402
+
+# (label, graph factory, budget): the issue's linear instances, then random DAGs of similar size
+INSTANCES = [
+    ("linear(8)", lambda: linear_graph(8), 4),
+    ("random(5 layers, seed 1)", lambda: random_training_graph(5, 2, seed=1), 39),
+    ("linear(16)", lambda: linear_graph(16), 6),
+    ("random(10 layers, seed 2)", lambda: random_training_graph(10, 2, seed=2), 60),
+    ("linear(24)", lambda: linear_graph(24), 8),
+    ("random(16 layers, seed 3)", lambda: random_training_graph(16, 2, seed=3), 87),
+]
+QUICK = {"linear(8)", "random(5 layers, seed 1)"}
+# what the issue reports for the paper formulation with HiGHS (another machine)
+ISSUE_PAPER_S = {"linear(8)": 1.7, "linear(16)": 47.0, "linear(24)": 66.0}
+
+
+def root_lp(graph, budget, formulation):
+    sf = build_milp(graph, budget, formulation).relax()
+    out = solve_arrays("highs", sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, sf.integrality)
+    return out.objective + sf.objective_offset
+
+
+def run(graph, budget, limit, **options):
+    t0 = time.perf_counter()
+    res = solve(graph, budget, method="ilp", time_limit_s=limit, **options)
+    return {
+        "status": res.status.value, "objective": res.objective, "lower_bound": res.lower_bound,
+        "time_s": time.perf_counter() - t0, "nodes": res.stats.get("nodes"),
+        "size": res.stats.get("size"), "warm_start": res.stats.get("warm_start_method"),
+    }
+
+
+def fmt_time(r, limit):
+    if r["status"] == "optimal":
+        return f"{r['time_s']:.1f}"
+    return f"> {limit:.0f} ({r['status']}, gap {gap(r)})"
+
+
+def gap(r):
+    if r["objective"] is None or r["lower_bound"] is None:
+        return "-"
+    return f"{(r['objective'] - r['lower_bound']) / r['objective']:.1%}"
+
+
+def render(raw, limit, command, machine) -> str:
+    """The README section from the raw results."""
+    rows, speeds = [], []
+    for r in raw:
+        paper, strong, method = r["paper"], r["strong"], r["ilp_default"]
+        if paper["status"] == strong["status"] == "optimal":
+            speeds.append(paper["time_s"] / strong["time_s"])
+            speed = f"{speeds[-1]:.1f}x"
+        elif strong["status"] == "optimal":
+            speed = f">= {limit / strong['time_s']:.1f}x"
+        else:
+            speed = "-"
+        opt = strong["objective"] if strong["status"] == "optimal" else paper["objective"]
+        rows.append([
+            r["instance"], r["nodes"], r["budget"], f"{opt:g}" if opt is not None else "-",
+            f"{r['root_lp']['paper']:.2f} / {r['root_lp']['strong']:.2f}",
+            fmt_time(paper, limit), paper["nodes"], fmt_time(strong, limit), strong["nodes"], speed,
+            fmt_time(method, limit), ISSUE_PAPER_S.get(r["instance"], ""),
+        ])
+    sizes = raw[-1]["paper"]["size"], raw[-1]["strong"]["size"]
+    verdict = ""
+    if speeds:
+        verdict = (f"Measured speed-up of the strong formulation over the paper's, both without warm start: "
+                   f"{min(speeds):.1f}x to {max(speeds):.1f}x. **The issue's target of 10x is not met**: the strong "
+                   "formulation has a tighter root bound (much tighter on random DAGs) and a third of the columns, "
+                   "but on the linear graphs the remaining gap is in how the relaxation couples stages (see "
+                   "`docs/formulation.rst`), and branch and bound still needs thousands of nodes. The shipped method "
+                   "(*ilp default*) is much faster where a heuristic finds the optimum and the root bound meets it "
+                   "(linear(24): REVOLVE's schedule is optimal).")
+    md = [
+        "## ilp: MILP solve time, paper vs strong formulation (issue 3)",
+        "",
+        f"Command: `{command}`  ",
+        f"Machine: {machine}  ",
+        f"HiGHS, one thread each, limit {limit:.0f} s per solve; the three solves of an instance run "
+        "one after the other in the same process. Times are wall-clock seconds of `solve(..., method=\"ilp\")`; "
+        "*paper* and *strong* start from nothing, *ilp default* is the method as shipped "
+        "(strong + warm start from the best registered heuristic, whose time is included).",
+        "",
+        table(["instance", "nodes", "budget", "optimum", "root LP bound paper / strong", "paper s", "paper B&B nodes",
+               "strong s", "strong B&B nodes", "speed-up", "ilp default s", "issue: paper s"], rows),
+        "",
+        f"Size of the last instance: paper {sizes[0]['columns']} columns ({sizes[0]['integer_columns']} integer), "
+        f"{sizes[0]['rows']} rows, {sizes[0]['nonzeros']} non-zeros; strong {sizes[1]['columns']} columns "
+        f"({sizes[1]['integer_columns']} integer), {sizes[1]['rows']} rows, {sizes[1]['nonzeros']} non-zeros.",
+        "",
+        "The issue quotes 1.7 s / 47 s / 66 s for the paper formulation on the three linear instances on its "
+        "machine; this machine is slower and shared (compare the paper column, measured here), so the speed-up "
+        "column, measured within one run, is the number to read. Both formulations prove the same optima (asserted).",
+        "",
+        verdict,
+    ]
+    return "\n".join(md)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="two smallest instances, short limit")
+    ap.add_argument("--limit", type=float, default=None, help="time limit per solve in seconds")
+    ap.add_argument("--report-only", action="store_true", help="rewrite the README section from the saved results")
+    args = ap.parse_args()
+    limit = args.limit or (120.0 if args.quick else 1800.0)
+    name = "ilp" + ("_quick" if args.quick else "")
+    if args.report_only:
+        data = json.load(open(os.path.join(RESULTS, f"{name}.json")))
+        meta = data["meta"] if isinstance(data, dict) else {
+            "limit": limit, "command": "python benchmarks/bench_ilp.py" + (" --quick" if args.quick else ""),
+            "machine": machine_line()}
+        raw = data["rows"] if isinstance(data, dict) else data
+        write_section("ilp", render(raw, meta["limit"], meta["command"], meta["machine"]))
+        return
+    raw = []
+    for label, make, budget in INSTANCES:
+        if args.quick and label not in QUICK:
+            continue
+        g = make()
+        lp = {f: root_lp(g, budget, f) for f in ("paper", "strong")}
+        paper = run(g, budget, limit, formulation="paper", warm_start=False)
+        strong = run(g, budget, limit, formulation="strong", warm_start=False)
+        method = run(g, budget, limit)
+        if paper["status"] == strong["status"] == "optimal":
+            assert abs(paper["objective"] - strong["objective"]) < 1e-6, (label, paper, strong)
+        raw.append(dict(instance=label, nodes=g.n, budget=budget, root_lp=lp, paper=paper, strong=strong,
+                        ilp_default=method))
+        print(label, {k: (v["status"], round(v["time_s"], 1)) for k, v in
+                      (("paper", paper), ("strong", strong), ("ilp", method))}, flush=True)
+    meta = {"limit": limit, "command": command_line(), "machine": machine_line()}
+    save_json(name, {"meta": meta, "rows": raw})
+    write_section("ilp", render(raw, limit, meta["command"], meta["machine"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""MILP backends: one module per solver library, one registry, one result type.
+
+A backend solves a program in standard form
+
+    minimize c @ x  s.t.  row_lo <= A @ x <= row_hi,  col_lo <= x <= col_hi,
+    x[j] integer where integrality[j] == 1
+
+and never sees the graph. Each backend module defines ``solve(...)`` with the
+signature of :func:`solve_arrays`, imports its library inside it, and maps the
+library's statuses to :class:`~remat_core.SolveStatus` with a literal table.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import scipy.sparse as sp
+
+from ...errors import UnknownMethodError
+from ...schedule import SolveStatus
+
+__all__ = ["BackendResult", "BACKENDS", "available_backends", "get_backend", "solve_arrays"]
+
+
+@dataclass
+class BackendResult:
+    """What a backend returns.
+
+    Attributes
+    ----------
+    status : SolveStatus
+        ``OPTIMAL`` (within ``mip_rel_gap``), ``FEASIBLE`` (an incumbent at a
+        limit), ``INFEASIBLE``, or ``NO_SOLUTION`` (a limit without incumbent).
+    x : numpy.ndarray or None
+        The best solution found.
+    objective : float or None
+        ``c @ x``.
+    bound : float or None
+        The proven lower bound (the LP optimum for a continuous program).
+    stats : dict
+        ``backend_status`` (the library's own word), ``nodes``, ``gap``,
+        ``time_s`` and whatever else the library reports.
+    """
+
+    status: SolveStatus
+    x: np.ndarray | None = None
+    objective: float | None = None
+    bound: float | None = None
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+# name -> (module path, library it needs); preference order
+BACKENDS: dict[str, tuple[str, str]] = {
+    "highs": ("remat_core.solvers.backends.highs", "highspy"),
+    "gurobi": ("remat_core.solvers.backends.gurobi", "gurobipy"),
+    "cbc": ("remat_core.solvers.backends.cbc", "mip"),
+}
+
+
+def _importable(library: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(library) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def available_backends() -> list[str]:
+    """Backends whose library is installed, in preference order."""
+    return [name for name, (_, lib) in BACKENDS.items() if _importable(lib)]
+
+
+def get_backend(name: str) -> Callable[..., BackendResult]:
+    """The ``solve`` function of backend ``name``.
+
+    Raises
+    ------
+    UnknownMethodError
+        If ``name`` is not a backend, or its library is not installed (the
+        message lists the available backends).
+    """
+    if name not in BACKENDS:
+        raise UnknownMethodError(
+            f"unknown `backend` {name!r}; known: {', '.join(BACKENDS)}; available here: {', '.join(available_backends())}"
+        )
+    module, lib = BACKENDS[name]
+    if not _importable(lib):
+        raise UnknownMethodError(
+            f"`backend` {name!r} needs the {lib!r} package, which is not installed; "
+            f"available here: {', '.join(available_backends())}"
+        )
+    return importlib.import_module(module).solve
+
+
+def solve_arrays(
+    backend: str,
+    c: np.ndarray,
+    A: sp.csr_array,
+    row_lo: np.ndarray,
+    row_hi: np.ndarray,
+    col_lo: np.ndarray,
+    col_hi: np.ndarray,
+    integrality: np.ndarray,
+    *,
+    time_limit_s: float | None = None,
+    mip_rel_gap: float | None = None,
+    threads: int | None = None,
+    verbose: bool = False,
+    start: np.ndarray | None = None,
+    options: dict[str, Any] | None = None,
+) -> BackendResult:
+    """Solve a standard-form program with ``backend`` (see the module docstring).
+
+    ``start`` is a full solution vector to warm-start from (ignored by a
+    backend that cannot use it; it must not make the solve fail).
+    ``options`` are passed to the library under its own names (for example
+    ``{"mip_heuristic_effort": 0.0}`` for HiGHS); an unknown one is a
+    ``ValueError``.
+    """
+    fn = get_backend(backend)
+    return fn(c, A, row_lo, row_hi, col_lo, col_hi, integrality, time_limit_s=time_limit_s,
+              mip_rel_gap=mip_rel_gap, threads=threads, verbose=verbose, start=start, options=options)

@@ -1,0 +1,128 @@
+"""The MILP in standard form: shapes, exact memory accounting, encode/decode, canonical schedules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import dags, valid_schedules
+
+from remat_core import Schedule, UnknownMethodError, optimal_r_given_s, simulate
+from remat_core.formulation import (
+    STRONG_OPTIONS, available_formulations, build_milp, build_strong, canonical_schedule, exact_memory,
+)
+from remat_core.zoo import linear_graph, random_training_graph
+
+FORMULATIONS = available_formulations()
+
+
+def _row_ok(sf, x, tol=1e-7):
+    ax = sf.A @ x
+    scale = 1.0 + np.abs(ax)
+    return bool(np.all(ax >= sf.row_lo - tol * scale) and np.all(ax <= sf.row_hi + tol * scale)
+                and np.all(x >= sf.col_lo - tol) and np.all(x <= sf.col_hi + tol))
+
+
+@pytest.mark.parametrize("formulation", FORMULATIONS)
+def test_standard_form_arrays(formulation):
+    g = random_training_graph(3, seed=2)
+    sf = build_milp(g, 40, formulation)
+    assert isinstance(sf.A, sp.csr_array) and sf.A.shape == (sf.n_rows, sf.n_cols)
+    for a in (sf.c, sf.col_lo, sf.col_hi, sf.integrality):
+        assert a.shape == (sf.n_cols,)
+    assert sf.row_lo.shape == sf.row_hi.shape == (sf.n_rows,)
+    assert sf.integrality.dtype == np.uint8 and set(np.unique(sf.integrality)) <= {0, 1}
+    assert np.all(sf.row_lo <= sf.row_hi) and np.all(sf.col_lo <= sf.col_hi)
+    assert np.isfinite(sf.A.data).all() and np.isfinite(sf.c).all()
+    size = sf.size()
+    assert size["rows"] == sf.n_rows and size["nonzeros"] == sf.A.nnz and sum(size["row_families"].values()) == sf.n_rows
+    assert sf.relax().integrality.sum() == 0 and sf.integrality.sum() > 0
+
+
+def test_strong_is_smaller_than_paper():
+    g = linear_graph(8)
+    paper, strong = build_milp(g, 4, "paper"), build_milp(g, 4, "strong")
+    assert strong.n_cols < paper.n_cols / 2
+    assert strong.integrality.sum() < paper.integrality.sum() / 2
+
+
+def test_memory_is_scaled_to_small_coefficients():
+    g = linear_graph(3, memory_bytes=2**30, fixed_bytes=2**32)
+    sf = build_milp(g, 2**32 + 5 * 2**30)
+    assert sf.memory_unit == 2**30
+    assert np.abs(sf.A.data).max() <= 10
+
+
+def test_unknown_names_are_errors():
+    with pytest.raises(UnknownMethodError, match="strong"):
+        build_milp(linear_graph(2), 4, "nope")
+    with pytest.raises(ValueError, match="disable"):
+        build_strong(linear_graph(2), 4, disable=("nope",))
+    with pytest.raises(ValueError, match="memory_rows"):
+        build_strong(linear_graph(2), 4, memory_rows="nope")
+
+
+@settings(max_examples=25)
+@given(data=st.data())
+def test_exact_memory_is_the_simulators(data):
+    """U[t, k] + fixed + workspace equals the simulator's memory at every computation."""
+    g = data.draw(dags(max_nodes=7))
+    sched = data.draw(valid_schedules(g))
+    R, S = sched.dense()
+    U = exact_memory(g, R, S)
+    sim = simulate(g, sched)
+    got = U[sim.step_stage, sim.step_node] + g.fixed_bytes + g.workspace_bytes[sim.step_node]
+    np.testing.assert_array_equal(got, sim.step_memory_bytes)
+
+
+@settings(max_examples=25)
+@given(data=st.data())
+def test_canonical_schedule_never_costs_or_needs_more(data):
+    g = data.draw(dags(max_nodes=7))
+    sched = data.draw(valid_schedules(g))
+    R, S = canonical_schedule(g, sched.S)
+    canon = Schedule(R, S)
+    a, b = simulate(g, sched), simulate(g, canon)
+    assert b.total_cost <= a.total_cost + 1e-9
+    assert b.peak_memory_bytes <= a.peak_memory_bytes
+    # canonical: R is the minimal R of its S, and canonicalization is idempotent
+    assert canon == optimal_r_given_s(g, S)
+    R2, S2 = canonical_schedule(g, S)
+    assert np.array_equal(S2, S) and np.array_equal(R2, R)
+
+
+@pytest.mark.parametrize("formulation", FORMULATIONS)
+@settings(max_examples=20)
+@given(data=st.data())
+def test_encoded_schedule_is_feasible_exactly_when_it_fits(formulation, data):
+    """The formulation's memory rows are the simulator's accounting, step for step.
+
+    For the strong formulation the schedule is made canonical first (its rows admit only
+    canonical schedules); the canonical form fits whenever the original does.
+    """
+    g = data.draw(dags(max_nodes=6))
+    sched = data.draw(valid_schedules(g, extra=formulation == "paper"))
+    if formulation == "strong":
+        sched = Schedule(*canonical_schedule(g, sched.S))
+    peak = simulate(g, sched).peak_memory_bytes
+    delta = data.draw(st.integers(-2, 2))
+    budget = max(peak + delta, 1)
+    sf = build_milp(g, budget, formulation)
+    x = sf.encode(sched)
+    assert _row_ok(sf, x) == (peak <= budget)
+    assert sf.decode(x) == sched
+    if peak <= budget:
+        assert sf.c @ x + sf.objective_offset == pytest.approx(sched.cost(g))
+
+
+@pytest.mark.parametrize("disabled", STRONG_OPTIONS)
+def test_every_strong_switch_keeps_the_checkpoint_all_schedule_feasible(disabled):
+    g = random_training_graph(3, seed=5)
+    sched = Schedule.checkpoint_all(g)
+    peak = simulate(g, sched).peak_memory_bytes
+    sf = build_strong(g, peak, disable=(disabled,))
+    assert _row_ok(sf, sf.encode(sched))
+    sf = build_strong(g, peak - 1, disable=(disabled,))
+    assert not _row_ok(sf, sf.encode(sched))

@@ -1,0 +1,205 @@
+"""The ``ilp`` method: one conformance table run on every backend, statuses, options, properties."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from canonical import CASES, GRAPHS, exhaustive_optimum, exhaustive_profile, graph
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from remat_core import Schedule, SolveStatus, UnknownMethodError, checkpoint_all_peak_bytes, simulate, solve
+from remat_core.formulation import available_formulations, build_milp
+from remat_core.solvers.backends import BACKENDS, available_backends, solve_arrays
+from remat_core.zoo import linear_graph, random_training_graph
+
+
+def _backend_param(name):
+    marks = [] if name in available_backends() else [pytest.mark.skip(reason=f"{BACKENDS[name][1]} not installed")]
+    return pytest.param(name, marks=marks, id=name)
+
+
+ALL_BACKENDS = [_backend_param(b) for b in BACKENDS]
+
+
+@pytest.mark.parametrize("name", sorted(GRAPHS))
+def test_canonical_table_matches_exhaustive_search(name):
+    profile = exhaustive_profile(graph(name))
+    for case in (c for c in CASES if c.graph == name):
+        assert exhaustive_optimum(profile, case.budget_bytes) == case.optimum, case
+
+
+@pytest.mark.parametrize("formulation", available_formulations())
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+def test_conformance_canonical_optima(backend, formulation):
+    """Every backend and formulation proves the exhaustive-search optimum of every canonical case."""
+    for case in CASES:
+        g = graph(case.graph)
+        res = solve(g, case.budget_bytes, method="ilp", backend=backend, formulation=formulation, warm_start=False)
+        if case.optimum is None:
+            assert res.status is SolveStatus.INFEASIBLE, case
+            assert res.schedule is None and "min_budget_lower_bound_bytes" in res.stats
+            continue
+        assert res.status is SolveStatus.OPTIMAL, (case, res)
+        assert res.objective == pytest.approx(case.optimum), case
+        assert res.peak_memory_bytes <= case.budget_bytes
+        assert res.lower_bound == pytest.approx(case.optimum, rel=1e-4)
+        assert res.backend == backend
+
+
+@pytest.mark.parametrize("formulation", available_formulations())
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+def test_backend_proves_infeasibility(backend, formulation):
+    """Below every node's need the program itself is infeasible (the method checks this first)."""
+    g = graph("fanout6")
+    sf = build_milp(g, g.min_budget_lower_bound_bytes() - 1, formulation)
+    out = solve_arrays(backend, sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, sf.integrality)
+    assert out.status is SolveStatus.INFEASIBLE and out.x is None
+
+
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+def test_backend_lp_relaxation(backend):
+    g = linear_graph(4)
+    sf = build_milp(g, 4).relax()
+    out = solve_arrays(backend, sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, sf.integrality)
+    assert out.status is SolveStatus.OPTIMAL and out.bound == pytest.approx(out.objective)
+    milp = solve(g, 4, method="ilp", backend=backend, warm_start=False)
+    assert out.objective + sf.objective_offset <= milp.objective + 1e-6
+
+
+def test_infeasible_budget_is_a_status():
+    g = linear_graph(4)
+    res = solve(g, 2, method="ilp")
+    assert res.status is SolveStatus.INFEASIBLE and res.schedule is None
+    assert res.stats["min_budget_lower_bound_bytes"] == 3
+
+
+def test_checkpoint_all_budget_needs_no_solver():
+    g = random_training_graph(3, seed=1)
+    res = solve(g, checkpoint_all_peak_bytes(g), method="ilp")
+    assert res.status is SolveStatus.OPTIMAL and res.objective == pytest.approx(g.cost.sum())
+    assert res.lower_bound == pytest.approx(g.cost.sum()) and res.schedule.compute_counts().max() == 1
+
+
+def test_warm_start_and_stats():
+    g = linear_graph(6)
+    res = solve(g, 4, method="ilp")
+    assert res.status is SolveStatus.OPTIMAL
+    for key in ("gap", "nodes", "backend_status", "size", "warm_start_time_s", "build_time_s", "solve_time_s"):
+        assert key in res.stats, key
+    assert res.stats["warm_start_method"] in __import__("remat_core").available_methods()
+    assert res.stats["warm_start_cost"] >= res.objective
+    assert res.stats["size"]["formulation"] == "strong" and res.stats["gap"] == pytest.approx(0.0, abs=1e-4)
+    # a given schedule is used as it is
+    given_ = solve(g, 4, method="lp-rounding").schedule
+    res2 = solve(g, 4, method="ilp", warm_start=given_)
+    assert res2.stats["warm_start_method"] == "given" and res2.objective == res.objective
+
+
+def test_time_limit_returns_incumbent_or_no_solution():
+    g = linear_graph(16)
+    res = solve(g, 6, method="ilp", time_limit_s=0.3, warm_start=False)
+    assert res.status in (SolveStatus.FEASIBLE, SolveStatus.NO_SOLUTION)
+    if res.status is SolveStatus.FEASIBLE:
+        assert res.peak_memory_bytes <= 6 and res.lower_bound <= res.objective
+    warm = solve(g, 6, method="ilp", time_limit_s=0.3)
+    assert warm.status is SolveStatus.FEASIBLE and warm.schedule is not None
+    assert warm.lower_bound is None or warm.lower_bound <= warm.objective
+
+
+def test_threads_can_change_between_solves_and_options_reach_the_solver():
+    g = linear_graph(5)
+    costs = {solve(g, 4, method="ilp", warm_start=False, **kw).objective
+             for kw in ({}, {"threads": 2}, {"threads": 1}, {}, {"solver_options": {"mip_pscost_minreliable": 0}})}
+    assert len(costs) == 1
+    with pytest.raises(ValueError, match="nope"):
+        solve(g, 4, method="ilp", solver_options={"nope": 1})
+
+
+def test_options_are_validated():
+    g = linear_graph(2)
+    for bad in ({"time_limit_s": -1}, {"time_limit_s": float("inf")}, {"mip_rel_gap": 2}, {"threads": 0}):
+        with pytest.raises(ValueError, match=f"`{next(iter(bad))}`"):
+            solve(g, 3, method="ilp", **bad)
+    with pytest.raises(UnknownMethodError, match="highs"):
+        solve(g, 3, method="ilp", backend="nope")
+    with pytest.raises(UnknownMethodError, match="paper"):
+        solve(g, 3, method="ilp", formulation="nope")
+    with pytest.raises(TypeError, match="unknown options"):
+        solve(g, 3, method="ilp", budget=3)
+
+
+# ------------------------------------------------------------------ properties
+_small = st.builds(lambda layers, seed: random_training_graph(layers, 2, seed=seed),
+                   st.integers(1, 2), st.integers(0, 10_000))
+
+
+@settings(max_examples=8)
+@given(g=_small, frac=st.floats(0.0, 1.0))
+def test_lp_bound_le_milp_le_rounding(g, frac):
+    lo, hi = g.min_budget_lower_bound_bytes(), checkpoint_all_peak_bytes(g)
+    budget = int(lo + frac * (hi - lo))
+    milp = solve(g, budget, method="ilp", warm_start=False)
+    approx = solve(g, budget, method="lp-rounding")
+    assert milp.status in (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE)
+    if milp.status is SolveStatus.INFEASIBLE:
+        assert not approx.success
+        return
+    assert milp.peak_memory_bytes <= budget
+    assert approx.lower_bound is not None and approx.lower_bound <= milp.objective + 1e-6
+    if approx.success:   # rounding may find nothing at the tightest budgets: a status, not an error
+        assert milp.objective <= approx.objective + 1e-6 and approx.peak_memory_bytes <= budget
+    else:
+        assert approx.status is SolveStatus.NO_SOLUTION
+
+
+@settings(max_examples=6)
+@given(g=_small)
+def test_optimum_is_monotone_in_budget_and_agrees_across_formulations(g):
+    lo, hi = g.min_budget_lower_bound_bytes(), checkpoint_all_peak_bytes(g)
+    budgets = sorted({lo, (2 * lo + hi) // 3, (lo + 2 * hi) // 3, hi - 1, hi})
+    costs = []
+    for b in budgets:
+        res = solve(g, b, method="ilp", warm_start=False)
+        paper = solve(g, b, method="ilp", formulation="paper", warm_start=False)
+        assert res.status is paper.status
+        if res.success:
+            assert res.objective == pytest.approx(paper.objective)
+            costs.append(res.objective)
+        else:
+            assert res.status is SolveStatus.INFEASIBLE
+            costs.append(np.inf)
+    assert all(a >= b - 1e-9 for a, b in zip(costs, costs[1:]))
+
+
+@settings(max_examples=6)
+@given(g=_small)
+def test_milp_at_checkpoint_all_peak_computes_each_node_once(g):
+    """Without the method's shortcut: the program itself finds no recomputation worth paying for."""
+    peak = checkpoint_all_peak_bytes(g)
+    for formulation in available_formulations():
+        sf = build_milp(g, peak, formulation)
+        out = solve_arrays("highs", sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, sf.integrality)
+        assert out.status is SolveStatus.OPTIMAL
+        sched = sf.decode(out.x)
+        sim = simulate(g, sched)
+        assert sim.peak_memory_bytes <= peak
+        assert np.all(sched.compute_counts()[g.cost > 0] == 1)
+        assert out.objective + sf.objective_offset == pytest.approx(g.cost.sum())
+
+
+def test_decoded_schedule_is_a_schedule():
+    g = linear_graph(5)
+    res = solve(g, 4, method="ilp")
+    assert isinstance(res.schedule, Schedule) and simulate(g, res.schedule).total_cost == res.objective
+
+
+@pytest.mark.parametrize("formulation", available_formulations())
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+def test_budget_below_fixed_bytes_is_infeasible_in_the_program(backend, formulation):
+    from remat_core import Graph
+
+    g = Graph.from_arrays([[], [0]], memory_bytes=0, fixed_bytes=2)
+    sf = build_milp(g, 1, formulation)
+    out = solve_arrays(backend, sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, sf.integrality)
+    assert out.status is SolveStatus.INFEASIBLE

@@ -1,0 +1,108 @@
+"""The ``lp-rounding`` method: bounds, rounding modes, allowance search, statuses, options."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from canonical import CASES, graph
+
+from remat_core import SolveStatus, checkpoint_all_peak_bytes, solve
+from remat_core.solvers.lp_rounding import polish, rounding_candidates
+from remat_core.zoo import linear_graph, random_training_graph
+
+
+def test_canonical_cases_never_beat_the_optimum():
+    for case in CASES:
+        res = solve(graph(case.graph), case.budget_bytes, method="lp-rounding")
+        if case.optimum is None:
+            assert res.status is SolveStatus.INFEASIBLE, case
+            continue
+        assert res.success and res.peak_memory_bytes <= case.budget_bytes, case
+        assert res.lower_bound <= case.optimum + 1e-6 <= res.objective + 2e-6, case
+
+
+@pytest.mark.parametrize("rounding", ["deterministic", "randomized", "both"])
+def test_rounding_modes_fit_the_budget(rounding):
+    g = random_training_graph(4, seed=3)
+    budget = (g.min_budget_lower_bound_bytes() + checkpoint_all_peak_bytes(g)) // 2
+    res = solve(g, budget, method="lp-rounding", rounding=rounding, n_samples=8)
+    assert res.success and res.peak_memory_bytes <= budget
+    assert res.lower_bound <= res.objective
+    for key in ("lp_objective", "allowance", "candidate", "lp_time_s", "rounding_time_s", "polish_time_s",
+                "rounded_cost", "lp_lower_bound"):
+        assert key in res.stats, key
+    assert res.objective <= res.stats["rounded_cost"]
+    if rounding == "deterministic":
+        assert res.stats["candidate"].startswith("threshold")
+    if rounding == "randomized":
+        assert res.stats["candidate"].startswith("sample")
+
+
+def test_seeded_results_are_reproducible():
+    g = linear_graph(10)
+    a = solve(g, 5, method="lp-rounding", seed=7)
+    b = solve(g, 5, method="lp-rounding", seed=7)
+    assert a.schedule == b.schedule and a.stats["candidate"] == b.stats["candidate"]
+
+
+def test_plain_two_phase_rounding_and_explicit_allowances():
+    g = linear_graph(8)
+    plain = solve(g, 5, method="lp-rounding", polish_evals=0, allowances=[0.1])
+    assert plain.success and plain.stats["allowance"] == 0.1
+    assert plain.lower_bound is None   # the LP at the full budget was not solved: no valid bound
+    assert plain.objective == plain.stats["rounded_cost"]
+    full = solve(g, 5, method="lp-rounding")
+    assert full.lower_bound is not None and full.objective <= plain.objective
+
+
+def test_lp_bound_is_the_relaxation_at_the_full_budget():
+    g = linear_graph(8)
+    res = solve(g, 4, method="lp-rounding")
+    milp = solve(g, 4, method="ilp")
+    assert res.lower_bound == pytest.approx(res.stats["lp_objective"][0.0])
+    assert res.lower_bound <= milp.objective <= res.objective
+
+
+def test_infeasible_and_roomy_budgets():
+    g = linear_graph(4)
+    assert solve(g, 2, method="lp-rounding").status is SolveStatus.INFEASIBLE
+    res = solve(g, checkpoint_all_peak_bytes(g), method="lp-rounding")
+    assert res.status is SolveStatus.OPTIMAL and res.objective == g.cost.sum()
+
+
+def test_options_are_validated():
+    g = linear_graph(2)
+    for bad, name in (({"rounding": "nope"}, "rounding"), ({"n_samples": 0}, "n_samples"),
+                      ({"allowances": []}, "allowances"), ({"allowances": [1.5]}, "allowances"),
+                      ({"polish_evals": -1}, "polish_evals"), ({"time_limit_s": 0}, "time_limit_s")):
+        with pytest.raises(ValueError, match=f"`{name}`"):
+            solve(g, 3, method="lp-rounding", **bad)
+
+
+def test_rounding_candidates_keep_marginals_and_structure():
+    rng = np.random.default_rng(0)
+    S = np.tril(rng.random((6, 6)), -1)
+    cands = rounding_candidates(S, "both", n_samples=4, seed=1)
+    assert all(c.dtype == bool and not np.triu(c).any() for _, c in cands)
+    labels = [label for label, _ in cands]
+    assert any(lab.startswith("threshold") for lab in labels) and sum(lab.startswith("sample") for lab in labels) == 4
+    # thresholds sweep from keeping least to keeping most
+    kept = [c.sum() for label, c in cands if label.startswith("threshold")]
+    assert kept == sorted(kept)
+
+
+def test_polish_and_repair_stay_within_budget():
+    from remat_core.solvers.lp_rounding import _Evaluator, repair
+
+    g = linear_graph(10)
+    ev = _Evaluator(g)
+    plain = solve(g, 5, method="lp-rounding", polish_evals=0)
+    S = plain.schedule.S
+    S2, cost = polish(ev, S, 5, max_evals=3000)
+    c, p = ev(S2)
+    assert p <= 5 and c == cost <= plain.objective
+    # repair: from keeping everything (too much memory) down to a schedule that fits
+    full = np.tril(np.ones((g.n, g.n), dtype=bool), -1)
+    assert ev(full)[1] > 5
+    fixed = repair(ev, full, 5, max_evals=20000)
+    assert fixed is not None and ev(fixed)[1] <= 5
