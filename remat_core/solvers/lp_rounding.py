@@ -29,7 +29,8 @@ import numpy as np
 
 from ..graph import Graph
 from ..schedule import RematResult, Schedule, SolveStatus
-from ..simulate import checkpoint_all_peak_bytes, simulate
+from .checkpoint_all import trivial_result
+from ..simulate import simulate
 
 __all__ = ["solve_lp_rounding", "ALLOWANCES", "rounding_candidates", "polish", "repair"]
 
@@ -325,17 +326,10 @@ def solve_lp_rounding(
     base_cost = float(graph.cost.sum())
     stats: dict[str, Any] = {"backend": backend, "formulation": formulation, "rounding": rounding}
 
+    trivial = trivial_result(graph, budget_bytes, backend, stats)
+    if trivial is not None:
+        return trivial
     lower = graph.min_budget_lower_bound_bytes()
-    if budget_bytes < lower:
-        stats["min_budget_lower_bound_bytes"] = lower
-        return RematResult(status=SolveStatus.INFEASIBLE, backend=backend, stats=stats,
-                           message=f"budget {budget_bytes} bytes is below {lower} bytes, which some node "
-                                   "needs with its inputs, workspace and the fixed bytes")
-    if budget_bytes >= checkpoint_all_peak_bytes(graph):
-        stats["shortcut"] = "checkpoint-all fits"
-        return RematResult(status=SolveStatus.OPTIMAL, schedule=Schedule.checkpoint_all(graph),
-                           lower_bound=base_cost, backend=backend, stats=stats,
-                           message="checkpoint-all fits the budget: no rematerialization")
 
     free = budget_bytes - graph.fixed_bytes
     evaluate = _Evaluator(graph)
