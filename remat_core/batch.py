@@ -30,7 +30,7 @@ from .graph import Graph
 from .schedule import RematResult
 from .solvers import get_method, solve, validate_budget
 
-__all__ = ["max_batch_size", "MaxBatchResult", "forward_pass_cost_cap"]
+__all__ = ["max_batch_size", "MaxBatchResult", "forward_pass_cost_cap", "batch_size_upper_bound"]
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,11 @@ class MaxBatchResult:
         True when ``max_batch`` itself fits (the true maximum may be larger).
     trace : list of dict
         One entry per probed batch size, in probing order: ``batch_size``,
-        ``fits``, ``status``, ``objective``, ``cost_cap``, ``reason``, ``time_s``.
+        ``fits``, ``status``, ``objective``, ``cost_lower_bound`` (the
+        method's proven lower bound on the cost, if it reports one), ``cost_cap``,
+        ``lower_bound_bytes`` (the graph's
+        :meth:`~remat_core.Graph.min_budget_lower_bound_bytes`), ``reason``,
+        ``time_s``.
     time_s : float
     """
 
@@ -93,11 +97,24 @@ class MaxBatchResult:
     trace: list[dict[str, Any]] = field(default_factory=list)
     time_s: float = 0.0
 
+    @property
+    def limited_by_lower_bound(self) -> bool:
+        """True when ``batch_size + 1`` was rejected by the graph's hard lower bound.
+
+        Then no schedule of *any* method fits the next batch (computing its
+        largest node alone exceeds the budget), so ``batch_size`` is the true
+        maximum, whatever the method.
+        """
+        nxt = self.batch_size + 1
+        return any(t["batch_size"] == nxt and not t["fits"] and t.get("lower_bound_bytes") is not None
+                   and t["lower_bound_bytes"] > self.budget_bytes for t in self.trace)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (without the schedule)."""
         return {
             "batch_size": self.batch_size, "method": self.method, "budget_bytes": self.budget_bytes,
             "cost_cap": self.cost_cap, "overhead": self.overhead, "hit_max_batch": self.hit_max_batch,
+            "limited_by_lower_bound": self.limited_by_lower_bound,
             "result": self.result.to_dict() if self.result is not None else None,
             "trace": self.trace, "time_s": self.time_s,
         }
@@ -191,13 +208,15 @@ def max_batch_size(
         if not isinstance(g, Graph):
             raise TypeError(f"`graph_fn({b})` must return a Graph; got {type(g).__name__}")
         cap = cap_of(g)
-        entry: dict[str, Any] = {"batch_size": b, "cost_cap": cap, "status": None, "objective": None}
+        entry: dict[str, Any] = {"batch_size": b, "cost_cap": cap, "status": None, "objective": None,
+                                 "cost_lower_bound": None}
         lb = g.min_budget_lower_bound_bytes()
+        entry["lower_bound_bytes"] = lb
         if lb > budget:
             entry.update(fits=False, reason=f"budget below the graph's lower bound {lb} bytes")
         else:
             res = solve(g, budget, method=method, **solve_options)
-            entry.update(status=res.status.value, objective=res.objective)
+            entry.update(status=res.status.value, objective=res.objective, cost_lower_bound=res.lower_bound)
             if not res.success:
                 entry.update(fits=False, reason=res.message or res.status.value)
             elif res.objective > cap * (1 + 1e-9):
@@ -236,3 +255,69 @@ def max_batch_size(
     base = float(g.cost.sum())
     return MaxBatchResult(lo, res, g, cap, (res.objective / base) if base > 0 else None, budget, method,
                           lo >= max_batch, trace, elapsed)
+
+
+def batch_size_upper_bound(graph_fn: Callable[[int], Graph], budget_bytes: int, max_batch: int = 1 << 16) -> int:
+    """The largest batch whose graph passes the hard lower bound; no method fits a larger one.
+
+    The bound is :meth:`Graph.min_budget_lower_bound_bytes` (fixed bytes plus
+    the largest single computation: a node's inputs, output and workspace).
+    A batch above the returned value cannot fit ``budget_bytes`` with any
+    schedule, so :func:`max_batch_size` can never return more, whatever the
+    method; a method that reaches it has found the true maximum. Assumes the
+    bound grows with the batch size (as it does for graphs whose sizes
+    scale with it); searched by doubling, then bisection.
+
+    Parameters
+    ----------
+    graph_fn : callable
+        ``graph_fn(batch_size) -> Graph``.
+    budget_bytes : int
+    max_batch : int
+        Search limit (returned when even it passes the bound).
+
+    Returns
+    -------
+    int
+        ``0`` when batch 1 already exceeds the bound.
+
+    Raises
+    ------
+    TypeError, ValueError
+        On a bad argument (naming it).
+
+    Examples
+    --------
+    >>> from remat_core.zoo import linear_graph
+    >>> # the largest computation (a backward node) needs 3 values of b bytes
+    >>> batch_size_upper_bound(lambda b: linear_graph(4, memory_bytes=b), 30)
+    10
+    """
+    if not callable(graph_fn):
+        raise TypeError(f"`graph_fn` must be callable (batch_size -> Graph); got {type(graph_fn).__name__}")
+    budget = validate_budget(budget_bytes)
+    if isinstance(max_batch, bool) or not isinstance(max_batch, (int, np.integer)) or max_batch < 1:
+        raise ValueError(f"`max_batch` must be an integer >= 1; got {max_batch!r}")
+
+    def passes(b: int) -> bool:
+        g = graph_fn(b)
+        if not isinstance(g, Graph):
+            raise TypeError(f"`graph_fn({b})` must return a Graph; got {type(g).__name__}")
+        return g.min_budget_lower_bound_bytes() <= budget
+
+    lo, hi, b = 0, None, 1
+    while hi is None:
+        if passes(b):
+            lo = b
+            if b >= max_batch:
+                return lo
+            b = min(2 * b, int(max_batch))
+        else:
+            hi = b
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if passes(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-
 import numpy as np
 
 from . import kernels
@@ -97,13 +96,15 @@ def simulate(graph: Graph, schedule: Schedule, timeline: bool = True, kernel: st
         raise TypeError(f"`schedule` must be a remat_core.Schedule; got {type(schedule).__name__}")
     if schedule.n != graph.n:
         raise InvalidScheduleError(f"schedule has {schedule.n} stages but the graph has {graph.n} nodes")
+    n = graph.n
     dep_ptr, dep_idx, _, _ = graph.csr
     R_ptr, R_idx, S_ptr, S_idx = schedule.csr
-    info, step_mem = kernels.simulate(
-        graph.n, R_ptr, R_idx, S_ptr, S_idx, dep_ptr, dep_idx,
-        graph.memory_bytes, graph.workspace_bytes, graph.fixed_bytes, kernel=kernel,
+    # Graph and Schedule hold contiguous int64 arrays only, so the kernel is called without conversions
+    # (this is most of the fixed cost of a call on graphs of a few hundred nodes).
+    info, step_mem = kernels.get_kernel(kernel).simulate(
+        n, R_ptr, R_idx, S_ptr, S_idx, dep_ptr, dep_idx, graph.memory_bytes, graph.workspace_bytes, graph.fixed_bytes,
     )
-    code, t, k, i = (int(x) for x in info[:4])
+    code, t, k, i, peak, peak_stage, peak_node = info.tolist()
     if code == 1:
         raise InvalidScheduleError(
             f"stage {t} computes node {k} ({graph.names[k]!r}) but its input {i} ({graph.names[i]!r}) "
@@ -116,21 +117,20 @@ def simulate(graph: Graph, schedule: Schedule, timeline: bool = True, kernel: st
             f"but it was neither computed nor kept in stage {t - 1}",
             stage=t, node=k,
         )
-    counts = schedule.compute_counts()
-    extra: dict[str, Any] = {}
+    counts = np.bincount(R_idx, minlength=n)
     if timeline:
-        extra = dict(
-            step_stage=np.repeat(np.arange(graph.n, dtype=np.int64), np.diff(R_ptr)),
+        return SimulationResult(
+            total_cost=float(graph.cost @ counts) if n else 0.0,
+            peak_memory_bytes=peak if n else graph.fixed_bytes,
+            peak_stage=peak_stage, peak_node=peak_node, compute_counts=counts,
+            step_stage=np.repeat(np.arange(n, dtype=np.int64), np.diff(R_ptr)),
             step_node=np.asarray(R_idx),
             step_memory_bytes=step_mem,
         )
     return SimulationResult(
-        total_cost=float(graph.cost @ counts) if graph.n else 0.0,
-        peak_memory_bytes=int(info[4]) if graph.n else graph.fixed_bytes,
-        peak_stage=int(info[5]),
-        peak_node=int(info[6]),
-        compute_counts=counts,
-        **extra,
+        total_cost=float(graph.cost @ counts) if n else 0.0,
+        peak_memory_bytes=peak if n else graph.fixed_bytes,
+        peak_stage=peak_stage, peak_node=peak_node, compute_counts=counts,
     )
 
 

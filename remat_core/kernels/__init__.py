@@ -46,16 +46,23 @@ def available_kernels() -> list[str]:
     return [name for name in _IMPLEMENTATIONS if _load(name) is not None]
 
 
+_preferred: list[str] = []   # available_kernels()[0], found once (imports do not come and go)
+
+
 def kernel_name() -> str:
     """The implementation the next kernel call will use."""
-    wanted = _forced[-1] if _forced else os.environ.get("REMAT_KERNEL", "").strip().lower()
+    wanted = _forced[-1] if _forced else os.environ.get("REMAT_KERNEL")
+    if wanted:
+        wanted = wanted.strip().lower()
     if wanted:
         if wanted not in _IMPLEMENTATIONS or _load(wanted) is None:
             raise UnknownMethodError(
                 f"kernel implementation {wanted!r} is not available; available: {available_kernels()}"
             )
         return wanted
-    return available_kernels()[0]
+    if not _preferred:
+        _preferred.append(available_kernels()[0])
+    return _preferred[0]
 
 
 def get_kernel(name: str | None = None) -> ModuleType:
@@ -83,10 +90,16 @@ def _i64(a) -> np.ndarray:
 
 
 def simulate(n, R_ptr, R_idx, S_ptr, S_idx, dep_ptr, dep_idx, mem, ws, fixed, kernel: str | None = None):
-    """Dispatching wrapper of the simulation kernel (see ``_reference.simulate``)."""
+    """Dispatching wrapper of the simulation kernel (see ``_reference.simulate``).
+
+    Converts every array to contiguous int64 first. Callers that already hold
+    such arrays (a :class:`~remat_core.Graph` and a
+    :class:`~remat_core.Schedule` store nothing else) call
+    ``get_kernel(kernel).simulate`` directly and skip the conversions.
+    """
     k = get_kernel(kernel)
     return k.simulate(int(n), _i64(R_ptr), _i64(R_idx), _i64(S_ptr), _i64(S_idx), _i64(dep_ptr), _i64(dep_idx),
-                      _i64(mem), _i64(ws), np.int64(fixed))
+                      _i64(mem), _i64(ws), int(fixed))
 
 
 def r_given_s(n, S_ptr, S_idx, dep_ptr, dep_idx, kernel: str | None = None):

@@ -8,6 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numba import uint64 as _u
+
+# In ``simulate`` indices are made unsigned (``_u``) before they index an array: numba then omits
+# the negative-index wrap-around test on every access, which halves the time of the hot loops
+# (the values are node and entry numbers, never negative).
 
 
 @njit(cache=True, nogil=True)
@@ -29,48 +34,50 @@ def simulate(n, R_ptr, R_idx, S_ptr, S_idx, dep_ptr, dep_idx, mem, ws, fixed):  
     current_start = np.int64(fixed)
     for t in range(n):
         current = current_start
-        for p in range(R_ptr[t], R_ptr[t + 1]):
+        for p in range(_u(R_ptr[t]), _u(R_ptr[t + 1])):
             k = R_idx[p]
-            listed_R[k] = t
-            for q in range(dep_ptr[k], dep_ptr[k + 1]):
-                i = dep_idx[q]
+            ku = _u(k)
+            listed_R[ku] = t
+            for q in range(_u(dep_ptr[ku]), _u(dep_ptr[ku + 1])):
+                i = _u(dep_idx[q])
                 last_user[i] = k
                 last_user_stage[i] = t
         next_start = np.int64(fixed)
         if t + 1 < n:
-            for p in range(S_ptr[t + 1], S_ptr[t + 2]):
-                i = S_idx[p]
+            for p in range(_u(S_ptr[t + 1]), _u(S_ptr[t + 2])):
+                i = _u(S_idx[p])
                 kept_now = last_row[i] == t and run_start[i] <= t
                 if not (kept_now or listed_R[i] == t):
                     info[0] = 2
                     info[1] = t + 1
-                    info[2] = i
+                    info[2] = S_idx[p]
                     info[3] = -1
                     return info, step_mem
                 if not kept_now:
                     run_start[i] = t + 1
                 last_row[i] = t + 1
                 next_start += mem[i]
-        for p in range(R_ptr[t], R_ptr[t + 1]):
+        for p in range(_u(R_ptr[t]), _u(R_ptr[t + 1])):
             k = R_idx[p]
-            for q in range(dep_ptr[k], dep_ptr[k + 1]):
-                i = dep_idx[q]
+            ku = _u(k)
+            for q in range(_u(dep_ptr[ku]), _u(dep_ptr[ku + 1])):
+                i = _u(dep_idx[q])
                 if not (in_R[i] == t or (run_start[i] <= t and last_row[i] >= t)):
                     info[0] = 1
                     info[1] = t
                     info[2] = k
-                    info[3] = i
+                    info[3] = dep_idx[q]
                     return info, step_mem
-            in_R[k] = t
-            current += mem[k]
-            at_step = current + ws[k]
+            in_R[ku] = t
+            current += mem[ku]
+            at_step = current + ws[ku]
             step_mem[p] = at_step
             if at_step > peak:
                 peak = at_step
                 peak_stage = t
                 peak_node = k
-            for q in range(dep_ptr[k], dep_ptr[k + 1]):
-                i = dep_idx[q]
+            for q in range(_u(dep_ptr[ku]), _u(dep_ptr[ku + 1])):
+                i = _u(dep_idx[q])
                 if last_user[i] == k and last_user_stage[i] == t and last_row[i] != t + 1:
                     current -= mem[i]
         current_start = next_start
