@@ -3,7 +3,8 @@
 The formulation (:mod:`remat_core.formulation`) turns the graph into sparse
 standard-form arrays; a backend (:mod:`remat_core.solvers.backends`) solves
 them; the solution is decoded to a schedule and simulated. The best schedule
-of the registered heuristics warm-starts the solver.
+of the registered heuristics and of lp-rounding warm-starts the solver, so
+that ``ilp`` never returns a schedule worse than theirs.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import UnknownMethodError
 from ..graph import Graph
 from ..schedule import RematResult, Schedule, SolveStatus
 from .checkpoint_all import trivial_result
@@ -27,8 +29,13 @@ log = logging.getLogger(__name__)
 
 #: Methods never used to warm-start the MILP (this one, and those that solve an LP themselves).
 _NOT_FOR_WARM_START = frozenset({"ilp", "lp-rounding"})
-#: Largest graph for which lp-rounding is also tried as a warm start (its LP is cheap below this).
-_LP_ROUNDING_WARM_START_MAX_NODES = 120
+#: Share of what is left of ``time_limit_s`` that lp-rounding may use as a warm start; the MILP gets the rest.
+#: lp-rounding checks its limit between LP solves and usually stops well before it.
+_LP_ROUNDING_TIME_SHARE = 0.5
+#: HiGHS options the strong formulation is solved with unless ``solver_options`` says otherwise:
+#: no strong branching to initialise pseudo-costs (measured in docs/formulation.rst: 2-3x fewer
+#: seconds on the linear graphs, where most of the default's LP iterations went to strong branching).
+_HIGHS_STRONG_DEFAULTS = {"mip_pscost_minreliable": 0}
 
 
 def _check_options(time_limit_s: Any, mip_rel_gap: Any, threads: Any) -> None:
@@ -45,36 +52,80 @@ def _check_options(time_limit_s: Any, mip_rel_gap: Any, threads: Any) -> None:
         raise ValueError(f"`threads` must be a positive integer or None; got {threads!r}")
 
 
-def warm_start_schedule(graph: Graph, budget_bytes: int, include_lp_rounding: bool | None = None
+def warm_start_schedule(graph: Graph, budget_bytes: int, include_lp_rounding: bool = True,
+                        lp_rounding_time_limit_s: float | None = None
                         ) -> tuple[Schedule | None, str, float | None]:
     """The cheapest schedule within budget among the registered heuristic methods.
 
-    Every registered method except ``ilp`` (and ``lp-rounding`` unless
-    ``include_lp_rounding``, by default only on graphs of at most 120 nodes)
-    is run through :func:`remat_core.solve`; a method that fails or finds
-    nothing is skipped.
+    Every registered method except ``ilp`` is run through
+    :func:`remat_core.solve`, ``lp-rounding`` last (with
+    ``time_limit_s=lp_rounding_time_limit_s``) and only if
+    ``include_lp_rounding``; a method that fails or finds nothing is skipped.
 
     Returns
     -------
     (schedule or None, method name, simulated cost or None)
     """
+    best = _warm_start(graph, budget_bytes, include_lp_rounding, lp_rounding_time_limit_s)
+    return best.schedule, best.method, best.cost
+
+
+class _WarmStart:
+    """The cheapest schedule within budget found so far, with its method and cost."""
+
+    def __init__(self) -> None:
+        self.schedule: Schedule | None = None
+        self.method = ""
+        self.cost: float | None = None
+
+    def offer(self, res: RematResult, name: str) -> None:
+        if res.success and (self.cost is None or res.objective < self.cost):
+            self.schedule, self.method, self.cost = res.schedule, name, res.objective
+
+
+def _warm_start(graph: Graph, budget_bytes: int, include_lp_rounding: bool,
+                lp_rounding_time_limit_s: float | None, best: _WarmStart | None = None,
+                heuristics: bool = True) -> _WarmStart:
     from . import available_methods, solve
 
-    if include_lp_rounding is None:
-        include_lp_rounding = graph.n <= _LP_ROUNDING_WARM_START_MAX_NODES
-    skip = _NOT_FOR_WARM_START - ({"lp-rounding"} if include_lp_rounding else set())
-    best: tuple[Schedule | None, str, float | None] = (None, "", None)
-    for name in available_methods():
-        if name in skip:
-            continue
+    best = _WarmStart() if best is None else best
+    names = [m for m in available_methods() if m not in _NOT_FOR_WARM_START] if heuristics else []
+    if include_lp_rounding and "lp-rounding" in available_methods():
+        names.append("lp-rounding")   # last: the most expensive, and it may use what is left of a limit
+    for name in names:
+        options = {"time_limit_s": lp_rounding_time_limit_s} if name == "lp-rounding" and \
+            lp_rounding_time_limit_s is not None else {}
         try:
-            res = solve(graph, budget_bytes, method=name)
+            res = solve(graph, budget_bytes, method=name, **options)
         except Exception as exc:  # a broken heuristic must not break the exact solver
             log.debug("warm start: method %s failed: %s", name, exc)
             continue
-        if res.success and (best[2] is None or res.objective < best[2]):
-            best = (res.schedule, name, res.objective)
+        best.offer(res, name)
     return best
+
+
+def _root_lp_bound(graph: Graph, budget_bytes: int, solve_fn) -> float | None:
+    """The optimum of the strong formulation's LP relaxation (a lower bound on every schedule's cost)."""
+    from ..formulation import build_milp
+
+    sf = build_milp(graph, budget_bytes, "strong")
+    out = solve_fn(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, np.zeros_like(sf.integrality))
+    if out.status is not SolveStatus.OPTIMAL or out.objective is None:
+        return None
+    return max(out.objective + sf.objective_offset, float(graph.cost.sum()))
+
+
+def _proven_bound(graph: Graph, lp_bound: float) -> float:
+    """``lp_bound`` rounded up when every cost is an integer (then so is every schedule's cost)."""
+    cost = graph.cost
+    if np.all(np.isfinite(cost)) and np.all(cost == np.round(cost)):
+        return float(math.ceil(lp_bound - 1e-6 * max(1.0, abs(lp_bound))))
+    return lp_bound
+
+
+def _meets(cost: float, bound: float, mip_rel_gap: float | None) -> bool:
+    """Whether ``cost`` is within ``mip_rel_gap`` of the lower ``bound`` (HiGHS's gap: relative to the cost)."""
+    return cost - bound <= (mip_rel_gap or 0.0) * abs(cost) + 1e-9
 
 
 def _row_violation(sf, x: np.ndarray) -> float:
@@ -114,11 +165,19 @@ def solve_ilp(
     verbose : bool
         Let the solver print its log.
     warm_start : bool or Schedule
-        Start from the best heuristic schedule (``True``), from a given
-        schedule, or from nothing (``False``).
+        ``True``: start from the cheapest schedule of the registered
+        heuristics and of ``lp-rounding`` (run last, on every graph, with
+        half of what is left of ``time_limit_s``), so that the result is
+        never worse than theirs. The strong LP relaxation is solved before
+        lp-rounding: when it proves the best heuristic schedule optimal
+        (its bound rounded up when every cost is an integer), that schedule
+        is returned as ``OPTIMAL`` and neither lp-rounding nor the MILP runs. A
+        :class:`~remat_core.Schedule`: start from it. ``False``: from nothing.
     solver_options : dict, optional
         Options passed to the solver library under its own names (for
-        example ``{"mip_pscost_minreliable": 0}`` for HiGHS).
+        example ``{"mip_heuristic_effort": 0.2}`` for HiGHS). With HiGHS and
+        the strong formulation the default is ``{"mip_pscost_minreliable": 0}``
+        (see ``docs/formulation.rst``); what is given here overrides it.
 
     Returns
     -------
@@ -152,6 +211,11 @@ def solve_ilp(
     _check_options(time_limit_s, mip_rel_gap, threads)
     if not isinstance(formulation, str):
         raise TypeError(f"`formulation` must be a string; got {formulation!r}")
+    from ..formulation import FORMULATIONS, available_formulations
+
+    if formulation not in FORMULATIONS:
+        raise UnknownMethodError(
+            f"unknown `formulation` {formulation!r}; available: {', '.join(available_formulations())}")
     solve_fn = get_backend(backend)
     start = time.perf_counter()
     base_cost = float(graph.cost.sum())
@@ -165,6 +229,7 @@ def solve_ilp(
     # ---------------------------------------------------------------- warm start
     t0 = time.perf_counter()
     warm: Schedule | None = None
+    lp_bound: float | None = None
     if isinstance(warm_start, Schedule):
         sim = simulate(graph, warm_start, timeline=False)
         if sim.peak_memory_bytes <= budget_bytes:
@@ -172,10 +237,31 @@ def solve_ilp(
         else:
             log.info("ilp: the given warm start needs %d bytes > budget; ignored", sim.peak_memory_bytes)
     elif warm_start:
-        warm, name, cost = warm_start_schedule(graph, budget_bytes)
-        if warm is not None:
-            stats["warm_start_method"], stats["warm_start_cost"] = name, cost
+        # 1. the cheap heuristics; 2. the strong LP bound: if it proves the best of them optimal, stop here;
+        # 3. lp-rounding with a share of what is left of the time limit
+        found = _warm_start(graph, budget_bytes, include_lp_rounding=False, lp_rounding_time_limit_s=None)
+        root = _root_lp_bound(graph, budget_bytes, solve_fn)
+        if root is not None:
+            lp_bound = _proven_bound(graph, root)
+        if found.cost is None or lp_bound is None or not _meets(found.cost, lp_bound, mip_rel_gap):
+            share = None
+            if time_limit_s is not None:
+                share = max(_LP_ROUNDING_TIME_SHARE * (float(time_limit_s) - (time.perf_counter() - start)), 0.05)
+            found = _warm_start(graph, budget_bytes, include_lp_rounding=True, lp_rounding_time_limit_s=share,
+                                best=found, heuristics=False)
+        if found.schedule is not None:
+            warm, stats["warm_start_method"], stats["warm_start_cost"] = found.schedule, found.method, found.cost
+        if lp_bound is not None:
+            stats["lp_bound"] = lp_bound
     stats["warm_start_time_s"] = time.perf_counter() - t0
+    if warm is not None and lp_bound is not None and _meets(stats["warm_start_cost"], lp_bound, mip_rel_gap):
+        # the strong LP relaxation already proves the warm start optimal: no MILP to solve
+        stats.update(milp_skipped=True, returned_warm_start=True,
+                     gap=0.0 if stats["warm_start_cost"] == 0 else
+                     max(0.0, (stats["warm_start_cost"] - lp_bound) / stats["warm_start_cost"]))
+        return RematResult(status=SolveStatus.OPTIMAL, schedule=warm, backend=backend, stats=stats,
+                           lower_bound=min(lp_bound, stats["warm_start_cost"]),
+                           message=f"optimal: the {stats['warm_start_method']} schedule meets the LP bound")
 
     # ---------------------------------------------------------------- build + solve
     t0 = time.perf_counter()
@@ -193,12 +279,18 @@ def solve_ilp(
     if time_limit_s is not None:
         limit = max(float(time_limit_s) - (time.perf_counter() - start), 0.05)
     t0 = time.perf_counter()
+    options = dict(solver_options or {})
+    if backend == "highs" and formulation == "strong":
+        options = {**_HIGHS_STRONG_DEFAULTS, **options}
+    stats["solver_options"] = options
     out = solve_fn(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, sf.integrality,
                    time_limit_s=limit, mip_rel_gap=mip_rel_gap, threads=threads, verbose=verbose, start=x0,
-                   options=solver_options)
+                   options=options or None)
     stats["solve_time_s"] = time.perf_counter() - t0
     stats.update({k: v for k, v in out.stats.items() if k in ("backend_status", "nodes", "gap")})
     bound = None if out.bound is None else max(out.bound + sf.objective_offset, base_cost)
+    if lp_bound is not None and out.status is not SolveStatus.INFEASIBLE:
+        bound = lp_bound if bound is None else max(bound, lp_bound)
 
     if out.status is SolveStatus.INFEASIBLE:
         stats["min_budget_lower_bound_bytes"] = lower
@@ -234,9 +326,8 @@ def solve_ilp(
         stats["gap"] = 0.0 if cost == 0 else max(0.0, (cost - bound) / cost)
     status = SolveStatus.OPTIMAL if out.status is SolveStatus.OPTIMAL and not stats.get("returned_warm_start") \
         else SolveStatus.FEASIBLE
-    if out.status is SolveStatus.OPTIMAL and stats.get("returned_warm_start") and bound is not None \
-            and cost <= bound * (1 + (mip_rel_gap or 0.0)) + 1e-9:
-        status = SolveStatus.OPTIMAL
+    if bound is not None and _meets(cost, bound, mip_rel_gap):
+        status = SolveStatus.OPTIMAL   # e.g. the warm start, proven by the solver's bound or by the LP's
     message = "optimal" if status is SolveStatus.OPTIMAL else \
         f"best schedule when the solver stopped ({out.stats.get('backend_status', out.status.value)})"
     return RematResult(status=status, schedule=schedule, lower_bound=bound, backend=backend,

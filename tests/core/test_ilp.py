@@ -85,15 +85,45 @@ def test_warm_start_and_stats():
     g = linear_graph(6)
     res = solve(g, 4, method="ilp")
     assert res.status is SolveStatus.OPTIMAL
-    for key in ("gap", "nodes", "backend_status", "size", "warm_start_time_s", "build_time_s", "solve_time_s"):
+    keys = ("gap", "warm_start_time_s", "lp_bound")
+    if not res.stats.get("milp_skipped"):
+        keys += ("nodes", "backend_status", "size", "build_time_s", "solve_time_s")
+        assert res.stats["size"]["formulation"] == "strong"
+    for key in keys:
         assert key in res.stats, key
     assert res.stats["warm_start_method"] in __import__("remat_core").available_methods()
-    assert res.stats["warm_start_cost"] >= res.objective
-    assert res.stats["size"]["formulation"] == "strong" and res.stats["gap"] == pytest.approx(0.0, abs=1e-4)
+    assert res.stats["warm_start_cost"] >= res.objective and res.stats["gap"] == pytest.approx(0.0, abs=1e-4)
     # a given schedule is used as it is
     given_ = solve(g, 4, method="lp-rounding").schedule
     res2 = solve(g, 4, method="ilp", warm_start=given_)
     assert res2.stats["warm_start_method"] == "given" and res2.objective == res.objective
+
+
+def test_never_worse_than_lp_rounding_under_a_time_limit():
+    # the registered heuristics are worse than lp-rounding here (most find nothing at this budget), and the
+    # limit is ample for lp-rounding's share: ilp must return at least lp-rounding's schedule
+    g, budget = random_training_graph(10, 2, seed=2), 60
+    from remat_core.solvers.ilp import warm_start_schedule
+
+    heuristics = warm_start_schedule(g, budget, include_lp_rounding=False)[2]
+    lp = solve(g, budget, method="lp-rounding", time_limit_s=60)
+    assert lp.success and (heuristics is None or heuristics > lp.objective)
+    res = solve(g, budget, method="ilp", time_limit_s=60)
+    assert res.stats["warm_start_method"] == "lp-rounding" and res.stats["warm_start_cost"] == lp.objective
+    assert res.success and res.objective <= lp.objective
+    # a tiny limit: the MILP has no time left, the warm start (lp-rounding's first allowance at least) is returned
+    quick = solve(g, budget, method="ilp", time_limit_s=0.5)
+    assert quick.success and quick.peak_memory_bytes <= budget
+    assert heuristics is None or quick.objective <= heuristics
+
+
+def test_lp_bound_proves_the_warm_start_optimal_without_the_milp():
+    # REVOLVE is optimal on this chain and the strong LP bound meets it: no MILP is solved
+    g = linear_graph(24)
+    res = solve(g, 8, method="ilp")
+    assert res.status is SolveStatus.OPTIMAL and res.objective == 67
+    assert res.stats.get("milp_skipped") and res.lower_bound == 67
+    assert solve(g, 8, method="ilp", formulation="paper", warm_start=False, time_limit_s=0.5).lower_bound <= 67
 
 
 def test_time_limit_returns_incumbent_or_no_solution():
@@ -113,7 +143,7 @@ def test_threads_can_change_between_solves_and_options_reach_the_solver():
              for kw in ({}, {"threads": 2}, {"threads": 1}, {}, {"solver_options": {"mip_pscost_minreliable": 0}})}
     assert len(costs) == 1
     with pytest.raises(ValueError, match="nope"):
-        solve(g, 4, method="ilp", solver_options={"nope": 1})
+        solve(g, 4, method="ilp", warm_start=False, solver_options={"nope": 1})
 
 
 def test_options_are_validated():
