@@ -184,6 +184,7 @@ def rematerialize(
     hoist: bool = True,
     measure: bool = False,
     solver_options: dict | None = None,
+    workspace: str | None = None,
 ):
     """Make ``model`` train inside a memory budget with a plan from ``method``.
 
@@ -211,6 +212,9 @@ def rematerialize(
         Measure node temporaries op by op (slower; for checking).
     solver_options : dict, optional
         Passed to :func:`remat_core.solve` (e.g. ``{"time_limit_s": 60}``).
+    workspace : {"estimate", "measure"}, optional
+        How node temporaries are found; see :func:`remat_torch.extract_graph`
+        (default: measured with ``cost_model="profile"``).
 
     Returns
     -------
@@ -235,7 +239,7 @@ def rematerialize(
     torch.Size([8, 4])
     """
     eg = extract_graph(model, example_inputs, granularity=granularity, blocks=blocks,
-                       cost_model=cost_model, autocast_dtype=autocast_dtype)
+                       cost_model=cost_model, autocast_dtype=autocast_dtype, workspace=workspace)
     budget_bytes = resolve_budget(eg.graph, budget)
     result = solve(eg.graph, budget_bytes, method=method, **(solver_options or {}))
     if result.schedule is None:

@@ -345,6 +345,7 @@ def extract_graph(
     cost_model: str = "unit",
     autocast_dtype: Any = None,
     name: str | None = None,
+    workspace: str | None = None,
     **profile_options: Any,
 ) -> ExtractedGraph:
     """Extract the training graph of ``model`` at a chosen granularity.
@@ -370,6 +371,15 @@ def extract_graph(
         Trace under ``torch.autocast(dtype=...)`` (dtype casts become ops).
     name : str, optional
         Graph name (default: the model's class name).
+    workspace : {"estimate", "measure"}, optional
+        How each node's ``workspace_bytes`` is found: ``"estimate"`` from the
+        traced graph (the temporaries passed between the ops inside a node),
+        or ``"measure"`` by running every node once on the example inputs and
+        watching the allocator (:func:`remat_torch.profile.measure_workspace`;
+        it also sees the temporaries allocated inside operators, such as
+        ``convolution_backward``'s on CPU). Default: ``"measure"`` with
+        ``cost_model="profile"`` (the nodes run on the device anyway),
+        ``"estimate"`` otherwise.
     **profile_options
         Passed to :func:`remat_torch.profile.node_costs` (``warmup``, ``repeats``).
 
@@ -401,10 +411,14 @@ def extract_graph(
         raise TypeError(f"`model` must be a torch.nn.Module; got {type(model).__name__}")
     if granularity not in GRANULARITIES:
         raise ValueError(f"`granularity` must be one of {GRANULARITIES}; got {granularity!r}")
-    from .profile import COST_MODELS, node_costs
+    from .profile import COST_MODELS, WORKSPACE_MODELS, measure_workspace, node_costs
 
     if cost_model not in COST_MODELS:
         raise ValueError(f"`cost_model` must be one of {COST_MODELS}; got {cost_model!r}")
+    if workspace is None:
+        workspace = "measure" if cost_model == "profile" else "estimate"
+    if workspace not in WORKSPACE_MODELS:
+        raise ValueError(f"`workspace` must be one of {WORKSPACE_MODELS} or None; got {workspace!r}")
     block_names: list[str] = []
     if granularity == "block":
         if not blocks:
@@ -499,6 +513,15 @@ def extract_graph(
     else:
         meta = eg.graph.meta
         meta["cost_unit"] = "node"
+        eg.graph = eg.graph.replace(meta=meta)
+    meta = eg.graph.meta
+    meta["workspace"] = workspace
+    if workspace == "measure":
+        ws = measure_workspace(eg, model, inputs, progress=bool(profile_options.get("progress", False)))
+        for spec, w in zip(eg.groups, ws):
+            spec.workspace_bytes = int(w)   # the executor's step accounting reads it from here
+        eg.graph = eg.graph.replace(workspace_bytes=ws, meta=meta)
+    else:
         eg.graph = eg.graph.replace(meta=meta)
     log.info("extracted %r", eg)
     return eg

@@ -40,9 +40,39 @@ Examples
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+import os
+import sys
+from typing import Any, Callable, Iterator
 
 __all__ = ["AllocatorMeter", "measure_peak_bytes"]
+
+
+@contextlib.contextmanager
+def _native_stderr_silenced() -> Iterator[None]:
+    """Send the process's file descriptor 2 to /dev/null inside the block.
+
+    Kineto prints a ``profiler_start`` / ``profiler_stop`` line to the C-level
+    stderr every time a profiler starts or stops, and no setting turns it off;
+    the meter starts one per measurement (once per node when measuring
+    workspaces). Only the profiler's own start and stop run inside this block,
+    never the measured code.
+    """
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):   # no real stderr (e.g. captured): nothing to silence
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(fd)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), fd)
+        yield
+    finally:
+        os.dup2(saved, fd)
+        os.close(saved)
+
 
 class AllocatorMeter:
     """Context manager measuring the peak CPU bytes allocated while it is active.
@@ -75,14 +105,16 @@ class AllocatorMeter:
         from torch.profiler import ProfilerActivity, profile
 
         self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-        self._prof.__enter__()
+        with _native_stderr_silenced():
+            self._prof.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         import torch
 
         prof, self._prof = self._prof, None
-        prof.__exit__(*exc)
+        with _native_stderr_silenced():
+            prof.__exit__(*exc)
         cpu = torch._C._autograd.DeviceType.CPU
         events = prof.profiler.kineto_results.events()
         memory = [e for e in events if e.name() == "[memory]" and e.device_type() == cpu]

@@ -22,11 +22,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["COST_MODELS", "node_costs"]
+__all__ = ["COST_MODELS", "WORKSPACE_MODELS", "node_costs", "measure_workspace"]
 
 log = logging.getLogger(__name__)
 
 COST_MODELS = ("unit", "flops", "profile")
+WORKSPACE_MODELS = ("estimate", "measure")
 
 
 def _placeholder_values(eg, model, inputs, fake_mode=None):
@@ -134,3 +135,70 @@ def node_costs(eg, model, inputs: Sequence, cost_model: str, warmup: int = 2, re
             costs[k] = float(np.median(times))
             outs[k] = res
     return costs, "s"
+
+
+def measure_workspace(eg, model, inputs: Sequence, progress: bool = False) -> np.ndarray:
+    """Bytes each node allocates beyond what it keeps, measured by running it once.
+
+    Every node is run on the example inputs (after one untimed run, so that
+    one-off caches are not counted) while the allocator is watched: on CPU
+    with :class:`remat_torch.meter.AllocatorMeter` (the profiler's memory
+    events), on a GPU with ``torch.cuda.max_memory_allocated``. This sees
+    the temporaries that
+    operators allocate inside themselves, such as oneDNN's format reorders
+    in ``convolution_backward``, which no graph-level estimate can see.
+
+    The workspace is the node's peak above the level at the call minus what
+    it still holds when it returns (its outputs), clipped at zero; where the
+    outputs allocate less than the node's ``memory_bytes`` (views of other
+    values) the latter is subtracted instead. The memory model adds
+    ``memory_bytes`` plus the workspace at the compute instant and reserves
+    the outputs that are fixed bytes (model outputs, parameter gradients) in
+    ``fixed_bytes`` from the start, so the prediction stays an upper bound on
+    what the allocator sees.
+
+    Parameters
+    ----------
+    eg : ExtractedGraph
+    model : torch.nn.Module
+    inputs : sequence of torch.Tensor
+        The example inputs the graph was extracted with.
+    progress : bool
+        Show a tqdm progress bar.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 bytes per node of ``eg.graph``.
+    """
+    import torch
+    from tqdm.auto import tqdm
+
+    from .meter import AllocatorMeter
+
+    g = eg.graph
+    ws = np.zeros(g.n, dtype=np.int64)
+    outs: list = [None] * g.n
+    values = _placeholder_values(eg, model, inputs)
+    cuda = any(v.is_cuda for v in values)
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        for k in tqdm(range(g.n), desc="workspace", disable=not progress):
+            spec = eg.groups[k]
+            args = _args(spec, k, values, outs, g)
+            spec.fn.forward(*args)   # untimed run: lazy initialisation, caches
+            if cuda:
+                torch.cuda.synchronize()
+                base = torch.cuda.memory_allocated()
+                torch.cuda.reset_peak_memory_stats()
+                res = spec.fn.forward(*args)
+                torch.cuda.synchronize()
+                peak, net = torch.cuda.max_memory_allocated() - base, torch.cuda.memory_allocated() - base
+            else:
+                with AllocatorMeter() as m:
+                    res = spec.fn.forward(*args)
+                peak, net = m.peak_bytes, m.net_bytes
+            # the model adds memory_bytes + workspace at this instant; the outputs that are fixed bytes
+            # (model outputs, gradients) were reserved from the start: so subtract all that is kept
+            ws[k] = max(int(peak) - max(int(net), int(g.memory_bytes[k])), 0)
+            outs[k] = res
+    return ws
