@@ -221,6 +221,7 @@ def main():
     torch.manual_seed(0)
     base = mid_cnn()
     x = torch.randn(args.batch, 3, args.size, args.size)
+    outside = sum(q.nbytes for q in base.parameters()) + x.nbytes   # allocated before any meter starts
     results = {"machine": _report.machine_line(), "batch": args.batch, "size": args.size,
                "threads": torch.get_num_threads()}
 
@@ -320,7 +321,9 @@ def main():
         key = f"{p['method']} @{p['budget_fraction']}"
         rows_all.append([key, p["measured_peak"] / mib, times[key] * 1e3, p["recomputes"], p["peak_op"],
                          p["dispatch_peak"] / mib,
-                         f"tracked / predicted {p['tracked_peak'] / mib:.2f} / {p['predicted_peak'] / mib:.2f} MiB"])
+                         f"tracked / predicted {p['tracked_peak'] / mib:.2f} / {p['predicted_peak'] / mib:.2f} MiB; "
+                         f"(measured + parameters + input) / predicted "
+                         f"{(p['measured_peak'] + outside) / p['predicted_peak']:.3f}"])
     for name, c in compiled.items():
         rows_all.append([name, c["peak"] / mib, times[name] * 1e3, f"({c['recomputed_ops']} ops)", c["peak_op"],
                          c["dispatch_peak"] / mib,
@@ -372,7 +375,9 @@ def main():
     workspace = conv_backward_workspace(copy.deepcopy(base), x)
     results["conv_backward_workspace_bytes"] = workspace
     ws_name, ws_shape, ws_bytes = max(workspace, key=lambda r: r[2])
-    low = min(plans, key=lambda p: (p["budget_fraction"], p["measured_peak"])) if plans else None
+    bound_ratios = [(p["measured_peak"] + outside) / p["predicted_peak"] for p in plans] or [float("nan")]
+    results["measured_plus_outside_over_predicted"] = bound_ratios
+    max_ws = int(probe.extracted.graph.workspace_bytes.max())
     eager_key, ck4 = "eager (no checkpointing)", "checkpoint_sequential k=4"
     param_mib = sum(q.nbytes for q in base.parameters()) / mib
     md = [
@@ -426,7 +431,8 @@ def main():
         "innermost ATen operator (other than `aten::empty*`) running when the allocator meter saw the peak. "
         "*Dispatch meter*: the former meter of this benchmark (a TorchDispatchMode following the storages that "
         "operators return), for comparison only. Notes for our plans: executor-tracked peak / simulator prediction "
-        "(both include parameters, gradients and inputs, so they are larger than the measured peak).",
+        "(both include parameters, gradients and inputs, so they are larger than the measured peak), and "
+        "(measured peak + parameters + input) / prediction.",
         "",
         _report.table(["strategy", "measured peak MiB", "step ms", "recomputed nodes", "operator at the peak",
                        "dispatch meter MiB", "notes"], rows_all),
@@ -442,16 +448,15 @@ def main():
         "The allocator meter is tested on known allocation patterns (exact to the byte) and on a torch.compile'd "
         "function in `tests/torch/test_torch_meter.py`.",
         "",
-        "Why our measured peaks are above the executor's tracking and the simulator's prediction at low budgets: "
-        "on CPU, `aten::convolution_backward` (oneDNN) allocates temporaries beyond its outputs (format reorders "
-        f"of its input and output gradient), measured here up to {ws_bytes / mib:.2f} MiB for conv `{ws_name}` "
-        f"(input {'x'.join(map(str, ws_shape))}); neither the graph's memory model nor the executor counts them, "
-        "and the old dispatch meter did not see them. Where recomputation moves the peak into the backward of a "
-        "large convolution, the gap is largest"
-        + (f" ({low['method']} @{low['budget_fraction']}: measured {low['measured_peak'] / mib:.2f} MiB, "
-           f"predicted {low['predicted_peak'] / mib:.2f} MiB including parameters, gradients and input)"
-           if low else "")
-        + ". The budgets our plans were solved for do not include this workspace.",
+        "Operator temporaries are part of the plans' memory model: with `cost_model=\"profile\"`, "
+        "`extract_graph` measures every node's workspace by running it once under the allocator meter "
+        "(`remat_torch.profile.measure_workspace`). On CPU, `aten::convolution_backward` (oneDNN) allocates "
+        f"temporaries beyond its outputs (format reorders), up to {ws_bytes / mib:.2f} MiB for conv `{ws_name}` "
+        f"(input {'x'.join(map(str, ws_shape))}); the traced graph cannot see them, the measured workspace "
+        f"does (largest node workspace in our graph: {max_ws / mib:.2f} MiB). So the prediction bounds what the "
+        "allocator sees: over our plans, (measured peak + parameters + input) / predicted peak is "
+        f"{min(bound_ratios):.3f} to {max(bound_ratios):.3f} (at most 1 means within the prediction; the "
+        "prediction also counts parameter gradients and the model output from the start of the step).",
     ]
     _report.write_section("torch", "\n".join(md))
     print("\n".join(md))
