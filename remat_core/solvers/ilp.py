@@ -32,6 +32,10 @@ _NOT_FOR_WARM_START = frozenset({"ilp", "lp-rounding"})
 #: Share of what is left of ``time_limit_s`` that lp-rounding may use as a warm start; the MILP gets the rest.
 #: lp-rounding checks its limit between LP solves and usually stops well before it.
 _LP_ROUNDING_TIME_SHARE = 0.5
+#: Largest graph whose strong LP relaxation is solved on its own before lp-rounding (above this, the LP
+#: takes tens of seconds, HiGHS's presolve does not stop at the time limit, and lp-rounding's first LP,
+#: the same one, supplies the bound instead).
+_ROOT_LP_MAX_NODES = 120
 #: HiGHS options the strong formulation is solved with unless ``solver_options`` says otherwise:
 #: no strong branching to initialise pseudo-costs (measured in docs/formulation.rst: 2-3x fewer
 #: seconds on the linear graphs, where most of the default's LP iterations went to strong branching).
@@ -77,10 +81,13 @@ class _WarmStart:
         self.schedule: Schedule | None = None
         self.method = ""
         self.cost: float | None = None
+        self.lp_bound: float | None = None
 
     def offer(self, res: RematResult, name: str) -> None:
         if res.success and (self.cost is None or res.objective < self.cost):
             self.schedule, self.method, self.cost = res.schedule, name, res.objective
+        if name == "lp-rounding" and res.lower_bound is not None:
+            self.lp_bound = res.lower_bound   # the strong LP relaxation at the full budget
 
 
 def _warm_start(graph: Graph, budget_bytes: int, include_lp_rounding: bool,
@@ -104,12 +111,16 @@ def _warm_start(graph: Graph, budget_bytes: int, include_lp_rounding: bool,
     return best
 
 
-def _root_lp_bound(graph: Graph, budget_bytes: int, solve_fn) -> float | None:
-    """The optimum of the strong formulation's LP relaxation (a lower bound on every schedule's cost)."""
+def _root_lp_bound(graph: Graph, budget_bytes: int, solve_fn, time_limit_s: float | None = None) -> float | None:
+    """The optimum of the strong formulation's LP relaxation (a lower bound on every schedule's cost).
+
+    ``None`` if the LP is not solved to optimality (infeasible, or stopped by ``time_limit_s``).
+    """
     from ..formulation import build_milp
 
     sf = build_milp(graph, budget_bytes, "strong")
-    out = solve_fn(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, np.zeros_like(sf.integrality))
+    out = solve_fn(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, np.zeros_like(sf.integrality),
+                   time_limit_s=time_limit_s)
     if out.status is not SolveStatus.OPTIMAL or out.objective is None:
         return None
     return max(out.objective + sf.objective_offset, float(graph.cost.sum()))
@@ -240,15 +251,20 @@ def solve_ilp(
         # 1. the cheap heuristics; 2. the strong LP bound: if it proves the best of them optimal, stop here;
         # 3. lp-rounding with a share of what is left of the time limit
         found = _warm_start(graph, budget_bytes, include_lp_rounding=False, lp_rounding_time_limit_s=None)
-        root = _root_lp_bound(graph, budget_bytes, solve_fn)
-        if root is not None:
-            lp_bound = _proven_bound(graph, root)
+        if graph.n <= _ROOT_LP_MAX_NODES:
+            left = None if time_limit_s is None else max(float(time_limit_s) - (time.perf_counter() - start), 0.05)
+            root = _root_lp_bound(graph, budget_bytes, solve_fn, time_limit_s=left)
+            if root is not None:
+                lp_bound = _proven_bound(graph, root)
         if found.cost is None or lp_bound is None or not _meets(found.cost, lp_bound, mip_rel_gap):
             share = None
             if time_limit_s is not None:
                 share = max(_LP_ROUNDING_TIME_SHARE * (float(time_limit_s) - (time.perf_counter() - start)), 0.05)
             found = _warm_start(graph, budget_bytes, include_lp_rounding=True, lp_rounding_time_limit_s=share,
                                 best=found, heuristics=False)
+            if found.lp_bound is not None:
+                bound_lp = _proven_bound(graph, found.lp_bound)
+                lp_bound = bound_lp if lp_bound is None else max(lp_bound, bound_lp)
         if found.schedule is not None:
             warm, stats["warm_start_method"], stats["warm_start_cost"] = found.schedule, found.method, found.cost
         if lp_bound is not None:
@@ -262,6 +278,16 @@ def solve_ilp(
         return RematResult(status=SolveStatus.OPTIMAL, schedule=warm, backend=backend, stats=stats,
                            lower_bound=min(lp_bound, stats["warm_start_cost"]),
                            message=f"optimal: the {stats['warm_start_method']} schedule meets the LP bound")
+
+    if warm is not None and time_limit_s is not None and time.perf_counter() - start >= float(time_limit_s):
+        # the warm start used up the limit: return it rather than start a solver that would overrun it
+        stats.update(milp_skipped=True, returned_warm_start=True)
+        if lp_bound is not None:
+            stats["gap"] = 0.0 if stats["warm_start_cost"] == 0 else \
+                max(0.0, (stats["warm_start_cost"] - lp_bound) / stats["warm_start_cost"])
+        return RematResult(status=SolveStatus.FEASIBLE, schedule=warm, backend=backend, stats=stats,
+                           lower_bound=None if lp_bound is None else min(lp_bound, stats["warm_start_cost"]),
+                           message=f"time limit reached before the MILP; the {stats['warm_start_method']} schedule")
 
     # ---------------------------------------------------------------- build + solve
     t0 = time.perf_counter()

@@ -353,9 +353,15 @@ def solve_lp_rounding(
         lp_budgets_done.add(lp_budget)
         t0 = time.perf_counter()
         sf = build_milp(graph, lp_budget, formulation)
+        lp_limit = None if time_limit_s is None else max(time_limit_s - (time.perf_counter() - start), 0.05)
         out = solve_fn(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, np.zeros_like(sf.integrality),
-                       verbose=verbose)
+                       verbose=verbose, time_limit_s=lp_limit)
         lp_time += time.perf_counter() - t0
+        if out.status is not SolveStatus.OPTIMAL and out.status is not SolveStatus.INFEASIBLE:
+            # the LP solver stopped early: the time limit (the LP itself is always feasible or infeasible)
+            lp_objective[a] = None
+            stats["stopped"] = "time limit"
+            break
         if out.status is not SolveStatus.OPTIMAL:
             lp_objective[a] = None
             if a == 0.0 and out.status is SolveStatus.INFEASIBLE:
@@ -415,8 +421,11 @@ def solve_lp_rounding(
     if lower_bound is not None:
         stats["lp_lower_bound"] = lower_bound
     if best is None:
+        message = "no rounding fits the budget at any allowance tried"
+        if stats.get("stopped") == "time limit":
+            message = f"the time limit ({time_limit_s:g} s) ran out before a rounding fit the budget"
         return RematResult(status=SolveStatus.NO_SOLUTION, lower_bound=lower_bound, backend=backend, stats=stats,
-                           message="no rounding fits the budget at any allowance tried")
+                           message=message)
     cost, label, allowance, S_best = best
     stats.update(allowance=allowance, candidate=label, rounded_cost=rounded[0])
     R, S = canonical_schedule(graph, S_best)

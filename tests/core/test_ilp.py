@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import numpy as np
 import pytest
 from canonical import CASES, GRAPHS, exhaustive_optimum, exhaustive_profile, graph
 from hypothesis import given, settings
+from conftest import SHARED_DATA
 from hypothesis import strategies as st
 
-from remat_core import Schedule, SolveStatus, UnknownMethodError, checkpoint_all_peak_bytes, simulate, solve
+from remat_core import (Schedule, SolveStatus, UnknownMethodError, checkpoint_all_peak_bytes, load_dtr_dag, simulate,
+                        solve)
 from remat_core.formulation import available_formulations, build_milp
 from remat_core.solvers.backends import BACKENDS, available_backends, solve_arrays
 from remat_core.zoo import linear_graph, random_training_graph
@@ -233,3 +238,23 @@ def test_budget_below_fixed_bytes_is_infeasible_in_the_program(backend, formulat
     sf = build_milp(g, 1, formulation)
     out = solve_arrays(backend, sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, sf.integrality)
     assert out.status is SolveStatus.INFEASIBLE
+
+
+@pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="shared/data not present")
+def test_time_limit_is_kept_on_a_graph_whose_lp_is_slow():
+    # ResNet-32 (270 nodes): its strong LP relaxation alone takes ~40 s here, with a presolve of ~10 s
+    # that HiGHS does not interrupt. Before the fix, ilp with a 4 s limit ran ~20 s (an untimed LP bound).
+    g = load_dtr_dag(os.path.join(SHARED_DATA, "ResNet-32_56.json"))
+    budget = int(0.6 * checkpoint_all_peak_bytes(g))
+    t0 = time.perf_counter()
+    res = solve(g, budget, method="ilp", time_limit_s=4.0, threads=1)
+    elapsed = time.perf_counter() - t0
+    assert res.status is SolveStatus.FEASIBLE and res.peak_memory_bytes <= budget
+    assert elapsed < 4.0 + 8.0, elapsed   # the limit, plus at most one uninterruptible presolve
+    t0 = time.perf_counter()
+    res = solve(g, budget, method="lp-rounding", time_limit_s=2.0)
+    elapsed = time.perf_counter() - t0
+    assert res.status in (SolveStatus.NO_SOLUTION, SolveStatus.FEASIBLE, SolveStatus.OPTIMAL)
+    if res.status is SolveStatus.NO_SOLUTION:
+        assert "time limit" in res.message
+    assert elapsed < 2.0 + 8.0, elapsed
