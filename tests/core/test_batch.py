@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from remat_core import RematResult, Schedule, SolveStatus, UnknownMethodError, optimal_r_given_s, simulate
-from remat_core.batch import forward_pass_cost_cap, max_batch_size
+from remat_core.batch import batch_size_upper_bound, forward_pass_cost_cap, max_batch_size
 from remat_core.solvers import _METHODS, register_method
 from remat_core.zoo import linear_graph
-from remat_core.zoo.models import zoo_graph
+from remat_core.zoo.models import load_spec, zoo_graph
 
 
 def _keep_nothing(graph, budget_bytes):
@@ -120,3 +120,71 @@ def test_zoo_model_max_batch_is_tight():
     nxt = fn(r.batch_size + 1)
     assert simulate(nxt, Schedule.checkpoint_all(nxt)).peak_memory_bytes > budget
     assert r.result.peak_memory_bytes <= budget
+
+
+@pytest.mark.parametrize("budget", [14, 30, 100, 1000])
+def test_upper_bound_is_the_hard_lower_bound_ceiling(budget):
+    ub = batch_size_upper_bound(_linear, budget)
+    # brute force over the graph's own lower bound
+    assert ub == max([b for b in range(1, 400) if _linear(b).min_budget_lower_bound_bytes() <= budget], default=0)
+    # no method can pass it: checkpoint-all is below, and a batch above is rejected without a solve
+    r = max_batch_size(_linear, budget, method="checkpoint-all")
+    assert r.batch_size <= ub
+    assert batch_size_upper_bound(_linear, 10**9, max_batch=37) == 37
+
+
+def test_limited_by_lower_bound_is_read_from_the_trace():
+    # with no cost cap, LP rounding recomputes the chain down to its hard bound: 3 values of b bytes + 7
+    r = max_batch_size(_linear, 150, method="lp-rounding", cost_cap=math.inf)
+    assert r.batch_size == batch_size_upper_bound(_linear, 150) == 47
+    assert r.limited_by_lower_bound and r.to_dict()["limited_by_lower_bound"]
+    nxt = [t for t in r.trace if t["batch_size"] == 48][0]
+    assert nxt["lower_bound_bytes"] > 150 and nxt["status"] is None  # rejected without a solve
+    # checkpoint-all stops below the bound: its limit is its own peak, not the bound
+    r = max_batch_size(_linear, 150, method="checkpoint-all")
+    assert r.batch_size < 47 and not r.limited_by_lower_bound
+
+
+def test_upper_bound_bad_arguments():
+    with pytest.raises(TypeError, match="`graph_fn`"):
+        batch_size_upper_bound(3, 10)
+    with pytest.raises(ValueError, match="`budget_bytes`"):
+        batch_size_upper_bound(_linear, 0)
+    with pytest.raises(ValueError, match="`max_batch`"):
+        batch_size_upper_bound(_linear, 10, max_batch=0)
+    with pytest.raises(TypeError, match="must return a Graph"):
+        batch_size_upper_bound(lambda b: None, 10)
+
+
+def _vgg19_checkmate_accounting(b):
+    """VGG19 with Checkmate's fixed bytes: parameters + gradients, the input batch not counted."""
+    return zoo_graph("vgg19", b).replace(fixed_bytes=8 * load_spec("vgg19")["params"])
+
+
+def test_vgg19_max_batch_is_the_hard_ceiling_for_every_method():
+    """Why every method stops at 285 on VGG19 at 16 GB (and the paper's Checkmate at 289).
+
+    At batch 286 computing grad/block1_conv1 alone (its three inputs and its output) plus the fixed bytes
+    exceeds 16e9 bytes, so no schedule of any method fits: 285 is the true maximum. In Checkmate's
+    accounting (the input batch not resident) the same ceiling is 289, the paper's Figure 6 value.
+    """
+    budget = 16 * 10**9
+    fn = functools.partial(zoo_graph, "vgg19")
+    assert fn(285).min_budget_lower_bound_bytes() <= budget < fn(286).min_budget_lower_bound_bytes()
+    assert batch_size_upper_bound(fn, budget) == 285
+    for method in ("ap-sqrtn", "ap-greedy"):
+        r = max_batch_size(fn, budget, method=method)
+        assert r.batch_size == 285 and r.limited_by_lower_bound
+        assert r.result.peak_memory_bytes <= budget and r.result.objective <= r.cost_cap
+    assert batch_size_upper_bound(_vgg19_checkmate_accounting, budget) == 289
+    r = max_batch_size(_vgg19_checkmate_accounting, budget, method="ap-greedy")
+    assert r.batch_size == 289 and r.limited_by_lower_bound
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["lp-rounding", "ilp"])
+def test_vgg19_checkmate_methods_reach_the_ceiling(method):
+    budget = 16 * 10**9
+    fn = functools.partial(zoo_graph, "vgg19")
+    r = max_batch_size(fn, budget, method=method, min_batch=256, time_limit_s=60)
+    assert r.batch_size == 285 and r.limited_by_lower_bound

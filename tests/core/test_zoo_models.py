@@ -125,3 +125,23 @@ def test_shipped_files_are_what_the_loader_expects():
             data = json.load(f)
         assert data["format"] == "remat-zoo-model" and data["name"] == m
         assert isinstance(zoo_graph(m), Graph)
+
+
+def test_vgg19_hard_lower_bound_is_grad_block1_conv1():
+    """The memory ceiling of VGG19 (what every max-batch method hits at 16 GB).
+
+    The largest single computation is grad/block1_conv1: it reads block1_conv1, block1_conv2 and
+    grad/block1_conv2 and writes one more 224x224x64 value, 4 x 12,845,056 bytes per example; the fixed
+    bytes are the parameters twice (weights + gradients) and the input batch.
+    """
+    spec = load_spec("vgg19")
+    g = zoo_graph("vgg19", batch_size=1)
+    k = g.index("grad/block1_conv1")
+    assert sorted(g.names[i] for i in g.deps[k]) == ["block1_conv1", "block1_conv2", "grad/block1_conv2"]
+    per_example = 4 * 4 * 224 * 224 * 64
+    assert int(g.memory_bytes[k]) + sum(int(g.memory_bytes[i]) for i in g.deps[k]) == per_example
+    for b in (1, 285, 286):
+        gb = zoo_graph("vgg19", batch_size=b)
+        assert gb.min_budget_lower_bound_bytes() == 8 * spec["params"] + b * (4 * spec["input_elements"] + per_example)
+    assert zoo_graph("vgg19", batch_size=285).min_budget_lower_bound_bytes() <= 16 * 10**9
+    assert zoo_graph("vgg19", batch_size=286).min_budget_lower_bound_bytes() > 16 * 10**9
