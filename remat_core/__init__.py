@@ -17,7 +17,7 @@ from .plan import Compute, ExecutionPlan, Free, InvalidPlanError, make_plan, rep
 from .schedule import RematResult, Schedule, SolveStatus
 from .simulate import SimulationResult, checkpoint_all_peak_bytes, optimal_r_given_s, simulate
 from .solvers import available_methods, register_method, solve
-from .batch import MaxBatchResult, max_batch_size
+from .batch import MaxBatchResult, batch_size_upper_bound, forward_pass_cost_cap, max_batch_size
 from .sweep import SweepResult, sweep
 
 __version__ = "0.1.0"
@@ -28,7 +28,7 @@ __all__ = [
     "simulate", "SimulationResult", "optimal_r_given_s", "checkpoint_all_peak_bytes",
     "make_plan", "replay", "ExecutionPlan", "Compute", "Free",
     "solve", "available_methods", "register_method",
-    "max_batch_size", "MaxBatchResult", "sweep", "SweepResult",
+    "max_batch_size", "MaxBatchResult", "batch_size_upper_bound", "forward_pass_cost_cap", "sweep", "SweepResult",
     "RematError", "GraphValidationError", "InvalidScheduleError", "InvalidPlanError",
     "UnknownMethodError", "SolverError", "ScheduleVerificationError",
 ]
