@@ -116,10 +116,16 @@ def test_never_worse_than_lp_rounding_under_a_time_limit():
     res = solve(g, budget, method="ilp", time_limit_s=60)
     assert res.stats["warm_start_method"] == "lp-rounding" and res.stats["warm_start_cost"] == lp.objective
     assert res.success and res.objective <= lp.objective
-    # a tiny limit: the MILP has no time left, the warm start (lp-rounding's first allowance at least) is returned
+    # a tiny limit is kept: the warm start is returned if lp-rounding's LP finished within its share,
+    # otherwise (a slow or loaded machine) there is honestly no schedule, since no heuristic fits here
+    t0 = time.perf_counter()
     quick = solve(g, budget, method="ilp", time_limit_s=0.5)
-    assert quick.success and quick.peak_memory_bytes <= budget
-    assert heuristics is None or quick.objective <= heuristics
+    assert time.perf_counter() - t0 < 5.0
+    if quick.success:
+        assert quick.peak_memory_bytes <= budget
+        assert heuristics is None or quick.objective <= heuristics
+    else:
+        assert heuristics is None and quick.status is SolveStatus.NO_SOLUTION
 
 
 def test_lp_bound_proves_the_warm_start_optimal_without_the_milp():
