@@ -134,7 +134,8 @@ def test_lp_bound_proves_the_warm_start_optimal_without_the_milp():
     res = solve(g, 8, method="ilp")
     assert res.status is SolveStatus.OPTIMAL and res.objective == 67
     assert res.stats.get("milp_skipped") and res.lower_bound == 67
-    assert solve(g, 8, method="ilp", formulation="paper", warm_start=False, time_limit_s=0.5).lower_bound <= 67
+    paper = solve(g, 8, method="ilp", formulation="paper", warm_start=False, time_limit_s=0.5)
+    assert paper.lower_bound is None or paper.lower_bound <= 67   # None: the root LP did not finish in 0.5 s
 
 
 def test_time_limit_returns_incumbent_or_no_solution():
