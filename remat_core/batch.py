@@ -230,24 +230,7 @@ def max_batch_size(
                  entry["reason"])
         return entry["fits"]
 
-    lo, hi = 0, None  # lo fits (0 = none yet), hi does not
-    b = int(min_batch)
-    while True:
-        if fits(b):
-            lo = b
-            if b >= max_batch:
-                break
-            b = min(2 * b, int(max_batch))
-        else:
-            hi = b
-            break
-    if hi is not None and lo > 0:
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if fits(mid):
-                lo = mid
-            else:
-                hi = mid
+    lo = _largest_passing(fits, int(min_batch), int(max_batch))
     elapsed = time.perf_counter() - start
     if lo == 0:
         return MaxBatchResult(0, None, None, None, None, budget, method, False, trace, elapsed)
@@ -256,6 +239,31 @@ def max_batch_size(
     return MaxBatchResult(lo, res, g, cap, (res.objective / base) if base > 0 else None, budget, method,
                           lo >= max_batch, trace, elapsed)
 
+
+
+def _largest_passing(passes: Callable[[int], bool], start: int, max_batch: int) -> int:
+    """The largest batch in ``[start, max_batch]`` that ``passes``, assuming it passes up to a point.
+
+    Doubles from ``start`` until a batch fails (or ``max_batch`` passes), then bisects between the last
+    batch that passed and the first that failed. Returns 0 if ``start`` fails.
+    """
+    lo, hi, b = 0, None, start
+    while hi is None:
+        if not passes(b):
+            hi = b
+        elif b >= max_batch:
+            return b
+        else:
+            lo, b = b, min(2 * b, max_batch)
+    if lo == 0:
+        return 0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if passes(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 def batch_size_upper_bound(graph_fn: Callable[[int], Graph], budget_bytes: int, max_batch: int = 1 << 16) -> int:
     """The largest batch whose graph passes the hard lower bound; no method fits a larger one.
@@ -305,19 +313,4 @@ def batch_size_upper_bound(graph_fn: Callable[[int], Graph], budget_bytes: int, 
             raise TypeError(f"`graph_fn({b})` must return a Graph; got {type(g).__name__}")
         return g.min_budget_lower_bound_bytes() <= budget
 
-    lo, hi, b = 0, None, 1
-    while hi is None:
-        if passes(b):
-            lo = b
-            if b >= max_batch:
-                return lo
-            b = min(2 * b, int(max_batch))
-        else:
-            hi = b
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if passes(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return _largest_passing(passes, 1, int(max_batch))
