@@ -118,19 +118,14 @@ def simulate(graph: Graph, schedule: Schedule, timeline: bool = True, kernel: st
             stage=t, node=k,
         )
     counts = np.bincount(R_idx, minlength=n)
+    steps: dict[str, Any] = {}
     if timeline:
-        return SimulationResult(
-            total_cost=float(graph.cost @ counts) if n else 0.0,
-            peak_memory_bytes=peak if n else graph.fixed_bytes,
-            peak_stage=peak_stage, peak_node=peak_node, compute_counts=counts,
-            step_stage=np.repeat(np.arange(n, dtype=np.int64), np.diff(R_ptr)),
-            step_node=np.asarray(R_idx),
-            step_memory_bytes=step_mem,
-        )
+        steps = dict(step_stage=np.repeat(np.arange(n, dtype=np.int64), np.diff(R_ptr)),
+                     step_node=np.asarray(R_idx), step_memory_bytes=step_mem)
     return SimulationResult(
         total_cost=float(graph.cost @ counts) if n else 0.0,
         peak_memory_bytes=peak if n else graph.fixed_bytes,
-        peak_stage=peak_stage, peak_node=peak_node, compute_counts=counts,
+        peak_stage=peak_stage, peak_node=peak_node, compute_counts=counts, **steps,
     )
 
 

@@ -10,7 +10,7 @@ import scipy.sparse as sp
 
 from ..graph import Graph
 
-__all__ = ["RowBuilder", "memory_unit", "max_descendant", "user_pairs"]
+__all__ = ["RowBuilder", "memory_unit", "scaled_memory", "max_descendant", "user_pairs"]
 
 
 class RowBuilder:
@@ -72,6 +72,13 @@ def memory_unit(graph: Graph, budget_bytes: int) -> float:
     if free / unit > 1e6:
         unit = free / 1e6
     return unit
+
+
+def scaled_memory(graph: Graph, budget_bytes: int) -> tuple[float, np.ndarray, np.ndarray, float]:
+    """``(unit, memory, workspace, cap)``: sizes and the free budget in :func:`memory_unit` units."""
+    unit = memory_unit(graph, budget_bytes)
+    return (unit, graph.memory_bytes / unit, graph.workspace_bytes / unit,
+            (budget_bytes - graph.fixed_bytes) / unit)
 
 
 def max_descendant(graph: Graph) -> np.ndarray:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph import Graph
-from ._rows import RowBuilder, memory_unit
+from ._rows import RowBuilder, scaled_memory
 from .standard_form import StandardForm
 
 __all__ = ["build_paper"]
@@ -24,10 +24,7 @@ __all__ = ["build_paper"]
 def build_paper(graph: Graph, budget_bytes: int) -> StandardForm:
     """The paper's MILP for ``graph`` under ``budget_bytes`` (see the module docstring)."""
     n = graph.n
-    unit = memory_unit(graph, budget_bytes)
-    m = graph.memory_bytes / unit
-    ws = graph.workspace_bytes / unit
-    cap = (budget_bytes - graph.fixed_bytes) / unit
+    unit, m, ws, cap = scaled_memory(graph, budget_bytes)
     edges = graph.edges
     E = len(edges)
     ei, ek = edges[:, 0], edges[:, 1]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph import Graph
-from ._rows import RowBuilder, max_descendant, memory_unit, user_pairs
+from ._rows import RowBuilder, max_descendant, scaled_memory, user_pairs
 from .standard_form import StandardForm
 
 __all__ = ["build_strong", "STRONG_OPTIONS"]
@@ -55,10 +55,7 @@ def build_strong(graph: Graph, budget_bytes: int, memory_rows: str = "cumulative
         raise ValueError(f"`memory_rows` must be 'recurrence' or 'cumulative'; got {memory_rows!r}")
     on = lambda name: name not in disable  # noqa: E731
     n = graph.n
-    unit = memory_unit(graph, budget_bytes)
-    m = graph.memory_bytes / unit
-    ws = graph.workspace_bytes / unit
-    cap = (budget_bytes - graph.fixed_bytes) / unit
+    unit, m, ws, cap = scaled_memory(graph, budget_bytes)
     edges = graph.edges
     ei, ek = edges[:, 0], edges[:, 1]
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+import math
 import numbers
 import time
 from typing import Any, Callable
@@ -93,6 +94,15 @@ def validate_budget(budget_bytes: Any) -> int:
     if budget_bytes != budget_bytes or budget_bytes <= 0 or int(budget_bytes) != budget_bytes:
         raise ValueError(f"`budget_bytes` must be a positive integer; got {budget_bytes!r}")
     return int(budget_bytes)
+
+
+def validate_time_limit(time_limit_s: Any) -> None:
+    """Check that ``time_limit_s`` is ``None`` or a positive, finite number of seconds."""
+    if time_limit_s is not None and (
+        isinstance(time_limit_s, bool) or not isinstance(time_limit_s, numbers.Real)
+        or not time_limit_s > 0 or not math.isfinite(time_limit_s)
+    ):
+        raise ValueError(f"`time_limit_s` must be a positive number of seconds or None; got {time_limit_s!r}")
 
 
 def solve(graph: Graph, budget_bytes: int, method: str = "ilp", **options: Any) -> RematResult:

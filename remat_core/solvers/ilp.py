@@ -43,11 +43,9 @@ _HIGHS_STRONG_DEFAULTS = {"mip_pscost_minreliable": 0}
 
 
 def _check_options(time_limit_s: Any, mip_rel_gap: Any, threads: Any) -> None:
-    if time_limit_s is not None and (
-        isinstance(time_limit_s, bool) or not isinstance(time_limit_s, numbers.Real)
-        or not time_limit_s > 0 or not math.isfinite(time_limit_s)
-    ):
-        raise ValueError(f"`time_limit_s` must be a positive number of seconds or None; got {time_limit_s!r}")
+    from . import validate_time_limit
+
+    validate_time_limit(time_limit_s)
     if mip_rel_gap is not None and (
         isinstance(mip_rel_gap, bool) or not isinstance(mip_rel_gap, numbers.Real) or not 0 <= mip_rel_gap < 1
     ):

@@ -300,6 +300,7 @@ def solve_lp_rounding(
     (True, True, True)
     """
     from ..formulation import build_milp, canonical_schedule
+    from . import validate_time_limit
     from .backends import get_backend
 
     if rounding not in ("both", "deterministic", "randomized"):
@@ -318,9 +319,7 @@ def solve_lp_rounding(
         if not grid or any(not 0.0 <= a < 1.0 for a in grid):
             raise ValueError(f"`allowances` must be a non-empty sequence of numbers in [0, 1); got {allowances!r}")
         auto = False
-    if time_limit_s is not None and (isinstance(time_limit_s, bool) or not isinstance(time_limit_s, numbers.Real)
-                                     or not time_limit_s > 0):
-        raise ValueError(f"`time_limit_s` must be a positive number of seconds or None; got {time_limit_s!r}")
+    validate_time_limit(time_limit_s)
     solve_fn = get_backend(backend)
     start = time.perf_counter()
     base_cost = float(graph.cost.sum())
