@@ -90,7 +90,7 @@ class _WarmStart:
 
 def _warm_start(graph: Graph, budget_bytes: int, include_lp_rounding: bool,
                 lp_rounding_time_limit_s: float | None, best: _WarmStart | None = None,
-                heuristics: bool = True) -> _WarmStart:
+                heuristics: bool = True, relaxation: tuple | None = None) -> _WarmStart:
     from . import available_methods, solve
 
     best = _WarmStart() if best is None else best
@@ -98,8 +98,12 @@ def _warm_start(graph: Graph, budget_bytes: int, include_lp_rounding: bool,
     if include_lp_rounding and "lp-rounding" in available_methods():
         names.append("lp-rounding")   # last: the most expensive, and it may use what is left of a limit
     for name in names:
-        options = {"time_limit_s": lp_rounding_time_limit_s} if name == "lp-rounding" and \
-            lp_rounding_time_limit_s is not None else {}
+        options: dict[str, Any] = {}
+        if name == "lp-rounding":
+            if lp_rounding_time_limit_s is not None:
+                options["time_limit_s"] = lp_rounding_time_limit_s
+            if relaxation is not None:
+                options["_relaxation"] = relaxation   # the root LP, solved already: not solved twice
         try:
             res = solve(graph, budget_bytes, method=name, **options)
         except Exception as exc:  # a broken heuristic must not break the exact solver
@@ -109,10 +113,13 @@ def _warm_start(graph: Graph, budget_bytes: int, include_lp_rounding: bool,
     return best
 
 
-def _root_lp_bound(graph: Graph, budget_bytes: int, solve_fn, time_limit_s: float | None = None) -> float | None:
+def _root_lp_bound(graph: Graph, budget_bytes: int, solve_fn, time_limit_s: float | None = None
+                   ) -> tuple[float | None, tuple | None]:
     """The optimum of the strong formulation's LP relaxation (a lower bound on every schedule's cost).
 
-    ``None`` if the LP is not solved to optimality (infeasible, or stopped by ``time_limit_s``).
+    Returns ``(bound, (StandardForm, BackendResult))``, the second for
+    lp-rounding to reuse; ``(None, None)`` if the LP is not solved to
+    optimality (infeasible, or stopped by ``time_limit_s``).
     """
     from ..formulation import build_milp
 
@@ -120,8 +127,8 @@ def _root_lp_bound(graph: Graph, budget_bytes: int, solve_fn, time_limit_s: floa
     out = solve_fn(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, np.zeros_like(sf.integrality),
                    time_limit_s=time_limit_s)
     if out.status is not SolveStatus.OPTIMAL or out.objective is None:
-        return None
-    return max(out.objective + sf.objective_offset, float(graph.cost.sum()))
+        return None, None
+    return max(out.objective + sf.objective_offset, float(graph.cost.sum())), (sf, out)
 
 
 def _proven_bound(graph: Graph, lp_bound: float) -> float:
@@ -249,9 +256,10 @@ def solve_ilp(
         # 1. the cheap heuristics; 2. the strong LP bound: if it proves the best of them optimal, stop here;
         # 3. lp-rounding with a share of what is left of the time limit
         found = _warm_start(graph, budget_bytes, include_lp_rounding=False, lp_rounding_time_limit_s=None)
+        relaxation = None
         if graph.n <= _ROOT_LP_MAX_NODES:
             left = None if time_limit_s is None else max(float(time_limit_s) - (time.perf_counter() - start), 0.05)
-            root = _root_lp_bound(graph, budget_bytes, solve_fn, time_limit_s=left)
+            root, relaxation = _root_lp_bound(graph, budget_bytes, solve_fn, time_limit_s=left)
             if root is not None:
                 lp_bound = _proven_bound(graph, root)
         if found.cost is None or lp_bound is None or not _meets(found.cost, lp_bound, mip_rel_gap):
@@ -259,7 +267,8 @@ def solve_ilp(
             if time_limit_s is not None:
                 share = max(_LP_ROUNDING_TIME_SHARE * (float(time_limit_s) - (time.perf_counter() - start)), 0.05)
             found = _warm_start(graph, budget_bytes, include_lp_rounding=True, lp_rounding_time_limit_s=share,
-                                best=found, heuristics=False)
+                                best=found, heuristics=False,
+                                relaxation=relaxation)
             if found.lp_bound is not None:
                 bound_lp = _proven_bound(graph, found.lp_bound)
                 lp_bound = bound_lp if lp_bound is None else max(lp_bound, bound_lp)

@@ -250,6 +250,7 @@ def solve_lp_rounding(
     polish_evals: int = 50000,
     time_limit_s: float | None = None,
     verbose: bool = False,
+    _relaxation: tuple | None = None,
 ) -> RematResult:
     """Approximate the MILP by LP relaxation and two-phase rounding.
 
@@ -279,6 +280,10 @@ def solve_lp_rounding(
         No new allowance is started after this many seconds.
     verbose : bool
         Let the LP solver print its log.
+    _relaxation : (StandardForm, BackendResult), optional
+        Internal (``ilp``): the LP relaxation of ``formulation`` at the full
+        budget, already solved by ``backend``; allowance 0 reuses it instead
+        of solving the same LP again.
 
     Returns
     -------
@@ -351,10 +356,14 @@ def solve_lp_rounding(
             continue
         lp_budgets_done.add(lp_budget)
         t0 = time.perf_counter()
-        sf = build_milp(graph, lp_budget, formulation)
-        lp_limit = None if time_limit_s is None else max(time_limit_s - (time.perf_counter() - start), 0.05)
-        out = solve_fn(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, np.zeros_like(sf.integrality),
-                       verbose=verbose, time_limit_s=lp_limit)
+        if (_relaxation is not None and lp_budget == budget_bytes and _relaxation[0].budget_bytes == budget_bytes
+                and _relaxation[0].formulation == formulation):
+            sf, out = _relaxation   # the caller's solve of this very LP
+        else:
+            sf = build_milp(graph, lp_budget, formulation)
+            lp_limit = None if time_limit_s is None else max(time_limit_s - (time.perf_counter() - start), 0.05)
+            out = solve_fn(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, np.zeros_like(sf.integrality),
+                           verbose=verbose, time_limit_s=lp_limit)
         lp_time += time.perf_counter() - t0
         if out.status is not SolveStatus.OPTIMAL and out.status is not SolveStatus.INFEASIBLE:
             # the LP solver stopped early: the time limit (the LP itself is always feasible or infeasible)

@@ -265,3 +265,24 @@ def test_time_limit_is_kept_on_a_graph_whose_lp_is_slow():
     if res.status is SolveStatus.NO_SOLUTION:
         assert "time limit" in res.message
     assert elapsed < 2.0 + 8.0, elapsed
+
+
+def test_the_root_lp_is_solved_once(monkeypatch):
+    # the LP bound step and lp-rounding's allowance 0 are the same LP: ilp builds it once, then the MILP
+    import remat_core.formulation as formulation
+
+    g, budget = random_training_graph(5, 2, seed=1), 39
+    built = []
+    real = formulation.build_milp
+
+    def counting(graph, budget_bytes, *args, **kwargs):
+        built.append((budget_bytes, args, tuple(sorted(kwargs))))
+        return real(graph, budget_bytes, *args, **kwargs)
+
+    monkeypatch.setattr(formulation, "build_milp", counting)
+    res = solve(g, budget, method="ilp")
+    assert res.status is SolveStatus.OPTIMAL and res.objective == 122
+    assert res.stats["warm_start_method"] == "lp-rounding" and not res.stats.get("milp_skipped")
+    assert [b for b, _, _ in built].count(budget) == 2, built   # root LP (reused by lp-rounding) + the MILP
+    alone = solve(g, budget, method="lp-rounding")
+    assert alone.objective == res.stats["warm_start_cost"]      # the reused LP rounds to the same schedule
