@@ -58,7 +58,7 @@ def build_milp(graph: Graph, budget_bytes: int, formulation: str = "strong", **o
     formulation : str
         A name from :func:`available_formulations`.
     **options
-        Passed to the builder (``memory_rows``, ``disable`` for ``"strong"``).
+        Passed to the builder (``memory_unit`` for both; ``memory_rows``, ``disable`` for ``"strong"``).
 
     Raises
     ------

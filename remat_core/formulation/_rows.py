@@ -74,9 +74,18 @@ def memory_unit(graph: Graph, budget_bytes: int) -> float:
     return unit
 
 
-def scaled_memory(graph: Graph, budget_bytes: int) -> tuple[float, np.ndarray, np.ndarray, float]:
-    """``(unit, memory, workspace, cap)``: sizes and the free budget in :func:`memory_unit` units."""
-    unit = memory_unit(graph, budget_bytes)
+def scaled_memory(graph: Graph, budget_bytes: int, unit: float | None = None
+                  ) -> tuple[float, np.ndarray, np.ndarray, float]:
+    """``(unit, memory, workspace, cap)``: sizes and the free budget in :func:`memory_unit` units.
+
+    ``unit`` overrides the byte unit (programs for several budgets then share
+    their matrix and differ only in bounds).
+    """
+    if unit is None:
+        unit = memory_unit(graph, budget_bytes)
+    elif not (isinstance(unit, (int, float)) and math.isfinite(unit) and unit > 0):
+        raise ValueError(f"`memory_unit` must be a positive number of bytes; got {unit!r}")
+    unit = float(unit)
     return (unit, graph.memory_bytes / unit, graph.workspace_bytes / unit,
             (budget_bytes - graph.fixed_bytes) / unit)
 

@@ -21,10 +21,13 @@ from .standard_form import StandardForm
 __all__ = ["build_paper"]
 
 
-def build_paper(graph: Graph, budget_bytes: int) -> StandardForm:
-    """The paper's MILP for ``graph`` under ``budget_bytes`` (see the module docstring)."""
+def build_paper(graph: Graph, budget_bytes: int, memory_unit: float | None = None) -> StandardForm:
+    """The paper's MILP for ``graph`` under ``budget_bytes`` (see the module docstring).
+
+    ``memory_unit`` overrides the byte unit of the memory rows (see :func:`scaled_memory`).
+    """
     n = graph.n
-    unit, m, ws, cap = scaled_memory(graph, budget_bytes)
+    unit, m, ws, cap = scaled_memory(graph, budget_bytes, memory_unit)
     edges = graph.edges
     E = len(edges)
     ei, ek = edges[:, 0], edges[:, 1]

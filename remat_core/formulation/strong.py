@@ -33,7 +33,8 @@ STRONG_OPTIONS = ("prune_dead", "one_copy", "canonical", "free_pairs", "free_onc
 
 
 def build_strong(graph: Graph, budget_bytes: int, memory_rows: str = "cumulative",
-                 disable: tuple[str, ...] = (), continuous_r: bool = False) -> StandardForm:
+                 disable: tuple[str, ...] = (), continuous_r: bool = False,
+                 memory_unit: float | None = None) -> StandardForm:
     """The strong MILP for ``graph`` under ``budget_bytes``.
 
     Parameters
@@ -47,6 +48,10 @@ def build_strong(graph: Graph, budget_bytes: int, memory_rows: str = "cumulative
         Declare ``R`` continuous (exact: integer ``S`` forces integer ``R``
         here), leaving only ``S`` binary. Off by default: HiGHS proves
         optimality faster when it may branch and cut on ``R`` too.
+    memory_unit : float, optional
+        Bytes per memory unit (default: :func:`~remat_core.formulation._rows.memory_unit`).
+        Programs built with one unit for several budgets share their matrix
+        and differ only in bounds, so an LP solver can re-solve from the last basis.
     """
     bad = set(disable) - set(STRONG_OPTIONS)
     if bad:
@@ -55,7 +60,7 @@ def build_strong(graph: Graph, budget_bytes: int, memory_rows: str = "cumulative
         raise ValueError(f"`memory_rows` must be 'recurrence' or 'cumulative'; got {memory_rows!r}")
     on = lambda name: name not in disable  # noqa: E731
     n = graph.n
-    unit, m, ws, cap = scaled_memory(graph, budget_bytes)
+    unit, m, ws, cap = scaled_memory(graph, budget_bytes, memory_unit)
     edges = graph.edges
     ei, ek = edges[:, 0], edges[:, 1]
 

@@ -113,22 +113,24 @@ def _warm_start(graph: Graph, budget_bytes: int, include_lp_rounding: bool,
     return best
 
 
-def _root_lp_bound(graph: Graph, budget_bytes: int, solve_fn, time_limit_s: float | None = None
+def _root_lp_bound(graph: Graph, budget_bytes: int, backend: str, time_limit_s: float | None = None
                    ) -> tuple[float | None, tuple | None]:
     """The optimum of the strong formulation's LP relaxation (a lower bound on every schedule's cost).
 
-    Returns ``(bound, (StandardForm, BackendResult))``, the second for
-    lp-rounding to reuse; ``(None, None)`` if the LP is not solved to
-    optimality (infeasible, or stopped by ``time_limit_s``).
+    Returns ``(bound, (StandardForm, BackendResult, LP sequence))``, the second
+    for lp-rounding to reuse (its next LP starts from this basis);
+    ``(None, None)`` if the LP is not solved to optimality (infeasible, or
+    stopped by ``time_limit_s``).
     """
     from ..formulation import build_milp
+    from .backends import lp_sequence
 
     sf = build_milp(graph, budget_bytes, "strong")
-    out = solve_fn(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, np.zeros_like(sf.integrality),
-                   time_limit_s=time_limit_s)
+    lps = lp_sequence(backend)
+    out = lps.solve(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, time_limit_s=time_limit_s)
     if out.status is not SolveStatus.OPTIMAL or out.objective is None:
         return None, None
-    return max(out.objective + sf.objective_offset, float(graph.cost.sum())), (sf, out)
+    return max(out.objective + sf.objective_offset, float(graph.cost.sum())), (sf, out, lps)
 
 
 def _proven_bound(graph: Graph, lp_bound: float) -> float:
@@ -259,7 +261,7 @@ def solve_ilp(
         relaxation = None
         if graph.n <= _ROOT_LP_MAX_NODES:
             left = None if time_limit_s is None else max(float(time_limit_s) - (time.perf_counter() - start), 0.05)
-            root, relaxation = _root_lp_bound(graph, budget_bytes, solve_fn, time_limit_s=left)
+            root, relaxation = _root_lp_bound(graph, budget_bytes, backend, time_limit_s=left)
             if root is not None:
                 lp_bound = _proven_bound(graph, root)
         if found.cost is None or lp_bound is None or not _meets(found.cost, lp_bound, mip_rel_gap):

@@ -280,10 +280,12 @@ def solve_lp_rounding(
         No new allowance is started after this many seconds.
     verbose : bool
         Let the LP solver print its log.
-    _relaxation : (StandardForm, BackendResult), optional
+    _relaxation : (StandardForm, BackendResult, LP sequence or None), optional
         Internal (``ilp``): the LP relaxation of ``formulation`` at the full
-        budget, already solved by ``backend``; allowance 0 reuses it instead
-        of solving the same LP again.
+        budget, already solved (by the given
+        :func:`~remat_core.solvers.backends.lp_sequence`, whose basis the
+        next allowance then starts from); allowance 0 reuses it instead of
+        solving the same LP again.
 
     Returns
     -------
@@ -293,7 +295,8 @@ def solve_lp_rounding(
         bound on the optimal cost; it is ``None`` when allowance 0 was not
         tried. ``stats`` has ``lp_objective`` (per allowance), ``allowance``,
         ``candidate`` (threshold or sample that won), ``rounded_cost`` (before
-        the local search), ``lp_time_s``, ``rounding_time_s`` and ``polish_time_s``. ``INFEASIBLE`` when the LP at the full budget is
+        the local search), ``lp_time_s``, ``lp_warm_solves`` (LPs re-solved from the
+        previous allowance's basis), ``rounding_time_s`` and ``polish_time_s``. ``INFEASIBLE`` when the LP at the full budget is
         infeasible (then so is the MILP); ``NO_SOLUTION`` when no rounding fits.
 
     Examples
@@ -306,7 +309,7 @@ def solve_lp_rounding(
     """
     from ..formulation import build_milp, canonical_schedule
     from . import validate_time_limit
-    from .backends import get_backend
+    from .backends import lp_sequence
 
     if rounding not in ("both", "deterministic", "randomized"):
         raise ValueError(f"`rounding` must be 'both', 'deterministic' or 'randomized'; got {rounding!r}")
@@ -325,7 +328,9 @@ def solve_lp_rounding(
             raise ValueError(f"`allowances` must be a non-empty sequence of numbers in [0, 1); got {allowances!r}")
         auto = False
     validate_time_limit(time_limit_s)
-    solve_fn = get_backend(backend)
+    lps = _relaxation[2] if _relaxation is not None and len(_relaxation) > 2 and _relaxation[2] is not None \
+        else lp_sequence(backend, verbose=verbose)
+    unit = _relaxation[0].memory_unit if _relaxation is not None else None
     start = time.perf_counter()
     base_cost = float(graph.cost.sum())
     stats: dict[str, Any] = {"backend": backend, "formulation": formulation, "rounding": rounding}
@@ -358,12 +363,14 @@ def solve_lp_rounding(
         t0 = time.perf_counter()
         if (_relaxation is not None and lp_budget == budget_bytes and _relaxation[0].budget_bytes == budget_bytes
                 and _relaxation[0].formulation == formulation):
-            sf, out = _relaxation   # the caller's solve of this very LP
+            sf, out = _relaxation[:2]   # the caller's solve of this very LP
         else:
-            sf = build_milp(graph, lp_budget, formulation)
+            # one memory unit for every allowance: the LPs then differ only in bounds, and each
+            # re-solve starts from the last optimal basis (HiGHS)
+            sf = build_milp(graph, lp_budget, formulation, memory_unit=unit)
             lp_limit = None if time_limit_s is None else max(time_limit_s - (time.perf_counter() - start), 0.05)
-            out = solve_fn(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, np.zeros_like(sf.integrality),
-                           verbose=verbose, time_limit_s=lp_limit)
+            out = lps.solve(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, time_limit_s=lp_limit)
+        unit = sf.memory_unit
         lp_time += time.perf_counter() - t0
         if out.status is not SolveStatus.OPTIMAL and out.status is not SolveStatus.INFEASIBLE:
             # the LP solver stopped early: the time limit (the LP itself is always feasible or infeasible)
@@ -424,7 +431,8 @@ def solve_lp_rounding(
         if auto and best is not None and (stale >= _PATIENCE or (
                 lower_bound is not None and best[0] <= lower_bound * (1 + 1e-9))):
             break
-    stats.update(lp_objective=lp_objective, lp_time_s=lp_time, rounding_time_s=rounding_time,
+    stats.update(lp_objective=lp_objective, lp_time_s=lp_time, lp_warm_solves=lps.warm_solves,
+                 rounding_time_s=rounding_time,
                  polish_time_s=polish_time, candidates=len(seen), evaluations=evaluate.calls)
     if lower_bound is not None:
         stats["lp_lower_bound"] = lower_bound

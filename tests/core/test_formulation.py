@@ -126,3 +126,21 @@ def test_every_strong_switch_keeps_the_checkpoint_all_schedule_feasible(disabled
     assert _row_ok(sf, sf.encode(sched))
     sf = build_strong(g, peak - 1, disable=(disabled,))
     assert not _row_ok(sf, sf.encode(sched))
+
+
+@pytest.mark.parametrize("formulation", FORMULATIONS)
+def test_a_shared_memory_unit_leaves_only_the_bounds_budget_dependent(formulation):
+    g = random_training_graph(3, seed=2)
+    full = build_milp(g, 40, formulation)
+    low = build_milp(g, 31, formulation, memory_unit=full.memory_unit)
+    own = build_milp(g, 31, formulation)
+    assert low.memory_unit == full.memory_unit
+    assert (low.A != full.A).nnz == 0 and np.array_equal(low.c, full.c)
+    assert not (np.array_equal(low.row_hi, full.row_hi) and np.array_equal(low.col_hi, full.col_hi))
+    # the same program as the one built with its own unit: every schedule fits both or neither
+    for S in (np.tril(np.ones((g.n, g.n), dtype=bool), -1), np.eye(g.n, k=-1, dtype=bool)):
+        R, S = canonical_schedule(g, S)
+        sched = Schedule(R, S)
+        assert _row_ok(low, low.encode(sched)) == _row_ok(own, own.encode(sched))
+    with pytest.raises(ValueError, match="`memory_unit`"):
+        build_milp(g, 31, formulation, memory_unit=0)

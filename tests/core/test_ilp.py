@@ -286,3 +286,24 @@ def test_the_root_lp_is_solved_once(monkeypatch):
     assert [b for b, _, _ in built].count(budget) == 2, built   # root LP (reused by lp-rounding) + the MILP
     alone = solve(g, budget, method="lp-rounding")
     assert alone.objective == res.stats["warm_start_cost"]      # the reused LP rounds to the same schedule
+
+
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+def test_lp_sequence_matches_cold_solves(backend):
+    from remat_core.solvers.backends import lp_sequence
+
+    g = random_training_graph(5, 2, seed=1)
+    unit = build_milp(g, 39, "strong").memory_unit
+    seq = lp_sequence(backend)
+    expected_warm = 0
+    for i, (graph_, budget) in enumerate([(g, 39), (g, 36), (g, 45), (linear_graph(6), 5), (g, 33)]):
+        sf = build_milp(graph_, budget, "strong", memory_unit=unit if graph_ is g else None)
+        out = seq.solve(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi)
+        cold = solve_arrays(backend, sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi,
+                            np.zeros_like(sf.integrality))
+        assert out.status is cold.status is SolveStatus.OPTIMAL
+        assert out.objective == pytest.approx(cold.objective, rel=1e-9, abs=1e-9), (budget, graph_.name)
+        expected_warm += backend == "highs" and i in (1, 2)   # same matrix as the previous LP; not after the swap
+    assert seq.warm_solves == expected_warm
+    with pytest.raises(UnknownMethodError, match="nope"):
+        lp_sequence("nope")

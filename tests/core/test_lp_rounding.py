@@ -106,3 +106,19 @@ def test_polish_and_repair_stay_within_budget():
     assert ev(full)[1] > 5
     fixed = repair(ev, full, 5, max_evals=20000)
     assert fixed is not None and ev(fixed)[1] <= 5
+
+
+def test_allowance_lps_restart_from_the_last_basis_and_match_cold_solves():
+    from remat_core.formulation import build_milp
+    from remat_core.solvers.backends import solve_arrays
+
+    g = random_training_graph(10, 2, seed=2)
+    res = solve(g, 60, method="lp-rounding", allowances=[0.0, 0.05, 0.1, 0.2])
+    lp = res.stats["lp_objective"]
+    assert res.stats["lp_warm_solves"] == len(lp) - 1 >= 3
+    free = 60 - g.fixed_bytes
+    for a, value in lp.items():
+        sf = build_milp(g, g.fixed_bytes + int(np.floor(free * (1 - a))), "strong")
+        cold = solve_arrays("highs", sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi,
+                            np.zeros_like(sf.integrality))
+        assert value == pytest.approx(cold.objective + sf.objective_offset, rel=1e-9), a

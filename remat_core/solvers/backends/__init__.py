@@ -22,7 +22,7 @@ import scipy.sparse as sp
 from ...errors import UnknownMethodError
 from ...schedule import SolveStatus
 
-__all__ = ["BackendResult", "BACKENDS", "available_backends", "get_backend", "solve_arrays"]
+__all__ = ["BackendResult", "BACKENDS", "available_backends", "get_backend", "lp_sequence", "solve_arrays"]
 
 
 @dataclass
@@ -124,3 +124,32 @@ def solve_arrays(
     fn = get_backend(backend)
     return fn(c, A, row_lo, row_hi, col_lo, col_hi, integrality, time_limit_s=time_limit_s,
               mip_rel_gap=mip_rel_gap, threads=threads, verbose=verbose, start=start, options=options)
+
+
+class _ColdLPSequence:
+    """:func:`lp_sequence` for a backend without warm re-solves: every LP from scratch."""
+
+    def __init__(self, solve_fn: Callable[..., BackendResult], threads: int | None, verbose: bool):
+        self._solve, self.threads, self.verbose = solve_fn, threads, verbose
+        self.warm_solves = 0
+
+    def solve(self, c, A, row_lo, row_hi, col_lo, col_hi, *, time_limit_s=None) -> BackendResult:
+        return self._solve(c, A, row_lo, row_hi, col_lo, col_hi, np.zeros(len(c), dtype=np.uint8),
+                           time_limit_s=time_limit_s, threads=self.threads, verbose=self.verbose)
+
+
+def lp_sequence(backend: str, *, threads: int | None = None, verbose: bool = False):
+    """A solver for a series of LPs that share ``c`` and ``A`` and differ in bounds.
+
+    Its ``solve(c, A, row_lo, row_hi, col_lo, col_hi, time_limit_s=None)``
+    returns a :class:`BackendResult`. With ``highs`` the model and its basis
+    are kept between calls, so an LP whose bounds alone changed (the same
+    formulation at another budget, built with the same ``memory_unit``) starts
+    from the last optimal basis; other backends solve each LP from scratch.
+    ``warm_solves`` counts the re-solves that started from a basis.
+    """
+    solve_fn = get_backend(backend)   # validates the name and the library
+    cls = getattr(importlib.import_module(BACKENDS[backend][0]), "LPSequence", None)
+    if cls is not None:
+        return cls(threads=threads, verbose=verbose)
+    return _ColdLPSequence(solve_fn, threads, verbose)

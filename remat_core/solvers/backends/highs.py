@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 
 import numpy as np
@@ -38,22 +39,17 @@ _STATUS = {
 _threads_in_use: int | str | None = None   # the size of HiGHS's process-wide thread pool
 
 
-def solve(c, A, row_lo, row_hi, col_lo, col_hi, integrality, *, time_limit_s=None, mip_rel_gap=None,
-          threads=None, verbose=False, start=None, options=None) -> BackendResult:
+def _configure(h, time_limit_s, mip_rel_gap, threads, verbose, options) -> None:
+    """Set ``h``'s options (HiGHS keeps one thread pool per process: another size needs a fresh pool)."""
     import highspy
 
-    n_cols, n_rows = len(c), A.shape[0]
-    csc = A.tocsc()
-    h = highspy.Highs()
     h.setOptionValue("output_flag", bool(verbose))
-    if time_limit_s is not None:
-        h.setOptionValue("time_limit", float(time_limit_s))
+    h.setOptionValue("time_limit", float("inf") if time_limit_s is None else float(time_limit_s))
     if mip_rel_gap is not None:
         h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
     global _threads_in_use
     wanted = "default" if threads is None else int(threads)
     if _threads_in_use is not None and _threads_in_use != wanted:
-        # HiGHS keeps one thread pool per process; another size needs a fresh pool
         h.resetGlobalScheduler(True)
     if threads is not None:
         h.setOptionValue("threads", int(threads))
@@ -61,9 +57,13 @@ def solve(c, A, row_lo, row_hi, col_lo, col_hi, integrality, *, time_limit_s=Non
     for key, value in (options or {}).items():
         if h.setOptionValue(key, value) != highspy.HighsStatus.kOk:
             raise ValueError(f"HiGHS rejected option {key!r} = {value!r}")
-    is_mip = bool(np.any(integrality))
+
+
+def _pass_model(h, c, csc, row_lo, row_hi, col_lo, col_hi, integrality) -> None:
+    import highspy
+
     status = h.passModel(
-        n_cols, n_rows, int(csc.nnz), 1, 1, 0.0,
+        len(c), csc.shape[0], int(csc.nnz), 1, 1, 0.0,
         np.ascontiguousarray(c, np.float64), np.ascontiguousarray(col_lo, np.float64),
         np.ascontiguousarray(col_hi, np.float64), np.ascontiguousarray(row_lo, np.float64),
         np.ascontiguousarray(row_hi, np.float64), csc.indptr.astype(np.int32), csc.indices.astype(np.int32),
@@ -72,8 +72,12 @@ def solve(c, A, row_lo, row_hi, col_lo, col_hi, integrality, *, time_limit_s=Non
     )
     if status == highspy.HighsStatus.kError:
         raise SolverError("HiGHS rejected the model (passModel returned an error)")
-    if start is not None and is_mip:
-        h.setSolution(n_cols, np.arange(n_cols, dtype=np.int32), np.ascontiguousarray(start, np.float64))
+
+
+def _run(h, is_mip: bool) -> BackendResult:
+    """Run ``h`` and translate what it reports."""
+    import highspy
+
     t0 = time.perf_counter()
     run = h.run()
     elapsed = time.perf_counter() - t0
@@ -106,3 +110,57 @@ def solve(c, A, row_lo, row_hi, col_lo, col_hi, integrality, *, time_limit_s=Non
         elif bound is None:
             bound = objective
     return BackendResult(status=ours, x=x, objective=objective, bound=bound, stats=stats)
+
+
+def solve(c, A, row_lo, row_hi, col_lo, col_hi, integrality, *, time_limit_s=None, mip_rel_gap=None,
+          threads=None, verbose=False, start=None, options=None) -> BackendResult:
+    import highspy
+
+    h = highspy.Highs()
+    _configure(h, time_limit_s, mip_rel_gap, threads, verbose, options)
+    _pass_model(h, c, A.tocsc(), row_lo, row_hi, col_lo, col_hi, integrality)
+    is_mip = bool(np.any(integrality))
+    if start is not None and is_mip:
+        n_cols = len(c)
+        h.setSolution(n_cols, np.arange(n_cols, dtype=np.int32), np.ascontiguousarray(start, np.float64))
+    return _run(h, is_mip)
+
+
+class LPSequence:
+    """Linear programs that share ``c`` and ``A`` and differ in bounds, each solve starting from the last basis.
+
+    After a change of bounds only (a budget in another allowance, say), the
+    dual simplex method restarts from the previous optimal basis, which is
+    usually a few pivots away; a program with another ``c`` or ``A`` is
+    loaded afresh.
+    """
+
+    def __init__(self, threads: int | None = None, verbose: bool = False):
+        self.threads, self.verbose = threads, verbose
+        self._h = None
+        self._key = None
+        self.warm_solves = 0
+
+    def solve(self, c, A, row_lo, row_hi, col_lo, col_hi, *, time_limit_s=None) -> BackendResult:
+        import highspy
+
+        csc = A.tocsc()
+        digest = hashlib.blake2b(digest_size=16)
+        for part in (np.asarray(c, np.float64), csc.indptr, csc.indices, np.asarray(csc.data, np.float64)):
+            digest.update(np.ascontiguousarray(part).tobytes())
+        key = (len(c), csc.shape, digest.hexdigest())
+        if self._h is None or key != self._key:
+            self._h = highspy.Highs()
+            _configure(self._h, time_limit_s, None, self.threads, self.verbose, None)
+            _pass_model(self._h, c, csc, row_lo, row_hi, col_lo, col_hi, np.zeros(len(c), np.int32))
+            self._key = key
+        else:
+            _configure(self._h, time_limit_s, None, self.threads, self.verbose, None)
+            cols = np.arange(len(c), dtype=np.int32)
+            rows = np.arange(csc.shape[0], dtype=np.int32)
+            self._h.changeColsBounds(len(cols), cols, np.ascontiguousarray(col_lo, np.float64),
+                                     np.ascontiguousarray(col_hi, np.float64))
+            self._h.changeRowsBounds(len(rows), rows, np.ascontiguousarray(row_lo, np.float64),
+                                     np.ascontiguousarray(row_hi, np.float64))
+            self.warm_solves += 1
+        return _run(self._h, False)
