@@ -280,7 +280,7 @@ def solve_lp_rounding(
         No new allowance is started after this many seconds.
     verbose : bool
         Let the LP solver print its log.
-    _relaxation : (StandardForm, BackendResult, LP sequence or None), optional
+    _relaxation : (StandardForm, BackendResult, LP sequence), optional
         Internal (``ilp``): the LP relaxation of ``formulation`` at the full
         budget, already solved (by the given
         :func:`~remat_core.solvers.backends.lp_sequence`, whose basis the
@@ -328,8 +328,7 @@ def solve_lp_rounding(
             raise ValueError(f"`allowances` must be a non-empty sequence of numbers in [0, 1); got {allowances!r}")
         auto = False
     validate_time_limit(time_limit_s)
-    lps = _relaxation[2] if _relaxation is not None and len(_relaxation) > 2 and _relaxation[2] is not None \
-        else lp_sequence(backend, verbose=verbose)
+    lps = _relaxation[2] if _relaxation is not None else lp_sequence(backend, verbose=verbose)
     unit = _relaxation[0].memory_unit if _relaxation is not None else None
     start = time.perf_counter()
     base_cost = float(graph.cost.sum())

@@ -307,3 +307,19 @@ def test_lp_sequence_matches_cold_solves(backend):
     assert seq.warm_solves == expected_warm
     with pytest.raises(UnknownMethodError, match="nope"):
         lp_sequence("nope")
+
+
+def test_lp_sequence_time_limit_is_per_solve():
+    # HiGHS's run clock keeps counting across runs of one model: a limit shorter than the first solve
+    # but far longer than the warm re-solve must still let the re-solve finish
+    from remat_core.solvers.backends import lp_sequence
+
+    g = random_training_graph(16, 2, seed=3)
+    seq = lp_sequence("highs")
+    first_sf = build_milp(g, 87, "strong")
+    first = seq.solve(first_sf.c, first_sf.A, first_sf.row_lo, first_sf.row_hi, first_sf.col_lo, first_sf.col_hi)
+    sf = build_milp(g, 80, "strong", memory_unit=first_sf.memory_unit)
+    again = seq.solve(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi,
+                      time_limit_s=0.9 * first.stats["time_s"])
+    assert seq.warm_solves == 1
+    assert first.status is again.status is SolveStatus.OPTIMAL

@@ -155,7 +155,9 @@ class LPSequence:
             _pass_model(self._h, c, csc, row_lo, row_hi, col_lo, col_hi, np.zeros(len(c), np.int32))
             self._key = key
         else:
-            _configure(self._h, time_limit_s, None, self.threads, self.verbose, None)
+            # HiGHS measures its time limit on the run clock of the object, which keeps counting across runs
+            limit = None if time_limit_s is None else self._h.getRunTime() + float(time_limit_s)
+            _configure(self._h, limit, None, self.threads, self.verbose, None)
             cols = np.arange(len(c), dtype=np.int32)
             rows = np.arange(csc.shape[0], dtype=np.int32)
             self._h.changeColsBounds(len(cols), cols, np.ascontiguousarray(col_lo, np.float64),
