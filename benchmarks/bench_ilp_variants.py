@@ -1,0 +1,206 @@
+"""What else was tried to make the strong MILP prove optimality faster, measured in one run.
+
+The strong formulation (``formulation="strong"``, HiGHS, one thread, no warm
+start) on two of the issue's chains and a random DAG, against variants: HiGHS options,
+extra integer columns to branch on, a warm start with the optimal schedule,
+path inequalities separated at the root LP,
+the optimum minus one as a cost cap (an infeasibility proof instead of an
+optimization), and the CBC backend. None is shipped; the section in
+``benchmarks/README.md`` records why.
+
+    python benchmarks/bench_ilp_variants.py             # linear(8) at 4, random(10) at 60, linear(16) at 6; 300 s per solve
+    python benchmarks/bench_ilp_variants.py --quick     # linear(8) only
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+from _report import command_line, machine_line, save_json, table, write_section  # noqa: E402
+
+from remat_core import solve  # noqa: E402
+from remat_core.formulation import build_milp  # noqa: E402
+from remat_core.solvers.backends import available_backends, solve_arrays  # noqa: E402
+from remat_core.zoo import linear_graph, random_training_graph  # noqa: E402
+
+INSTANCES = [
+    ("linear(8)", lambda: linear_graph(8), 4),
+    ("random(10 layers, seed 2)", lambda: random_training_graph(10, 2, seed=2), 60),
+    ("linear(16)", lambda: linear_graph(16), 6),
+]
+SHIPPED = {"mip_pscost_minreliable": 0}   # the strong formulation's HiGHS default in remat_core.solvers.ilp
+
+
+def with_count_columns(sf, groups):
+    """``sf`` plus one integer column per group equal to the sum of the group's columns."""
+    k, n_cols = len(groups), len(sf.c)
+    rows = np.repeat(np.arange(k), [len(g) + 1 for g in groups])
+    cols = np.concatenate([np.append(g, n_cols + r) for r, g in enumerate(groups)])
+    vals = np.concatenate([np.append(np.ones(len(g)), -1.0) for g in groups])
+    extra = sp.csr_array((vals, (rows, cols)), shape=(k, n_cols + k))
+    A = sp.vstack([sp.hstack([sf.A, sp.csr_array((sf.A.shape[0], k))]), extra]).tocsr()
+    return dict(c=np.concatenate([sf.c, np.zeros(k)]), A=A,
+                row_lo=np.concatenate([sf.row_lo, np.zeros(k)]), row_hi=np.concatenate([sf.row_hi, np.zeros(k)]),
+                col_lo=np.concatenate([sf.col_lo, np.zeros(k)]),
+                col_hi=np.concatenate([sf.col_hi, np.full(k, float(sf.graph.n))]),
+                integrality=np.concatenate([sf.integrality, np.ones(k, dtype=np.uint8)]))
+
+
+def with_cost_cap(sf, cap):
+    """``sf`` plus the row ``cost <= cap`` (in the objective's units, offset removed)."""
+    A = sp.vstack([sf.A, sp.csr_array(sf.c.reshape(1, -1))]).tocsr()
+    return dict(c=sf.c, A=A, row_lo=np.append(sf.row_lo, -np.inf), row_hi=np.append(sf.row_hi, cap - sf.objective_offset),
+                col_lo=sf.col_lo, col_hi=sf.col_hi, integrality=sf.integrality)
+
+
+def path_inequalities(sf, x, max_cuts):
+    """Path inequalities violated by the LP point ``x``, most violated first, as (cols, violation).
+
+    For a stage ``sg``, a value ``v < sg`` read again in a stage ``t >= sg`` (the first such), an ancestor
+    ``a`` of ``v`` and a path ``P`` from ``a`` to ``v``: if no value of ``P`` is kept into stage ``sg``, then
+    ``v`` is computed again by stage ``t`` from ``a`` along ``P``, so ``a`` is computed in one of the stages
+    ``sg..t``:  ``sum_{s=sg..t} R[s,a] + sum_{b in P} S[sg,b] >= 1``. The path of least ``S*`` weight is found
+    by dynamic programming over the DAG.
+    """
+    g, n = sf.graph, sf.graph.n
+    Rcol, Scol = np.full((n, n), -1), np.full((n, n), -1)
+    Rcol[sf.r_t, sf.r_i], Scol[sf.s_t, sf.s_i] = sf.r_col, sf.s_col
+    xv = np.append(x, 0.0)
+    Rv, Sv = xv[Rcol], xv[Scol]
+    np.fill_diagonal(Rv, 1.0)
+    cum = np.vstack([np.zeros((1, n)), np.cumsum(Rv, axis=0)])   # cum[t + 1, a] = sum_{s <= t} R[s, a]
+    inputs = [[] for _ in range(n)]
+    for i, k in g.edges:
+        inputs[int(k)].append(int(i))
+    first_use_from = np.full((n + 1, n), n, dtype=np.int64)       # first_use_from[sg, v]: first reader >= sg
+    for i, k in g.edges:
+        first_use_from[: int(k) + 1, int(i)] = np.minimum(first_use_from[: int(k) + 1, int(i)], int(k))
+    found = []
+    for sg in range(1, n):
+        w = Sv[sg]
+        for a in range(sg):
+            dist, par = np.full(n, np.inf), np.full(n, -1)
+            dist[a] = w[a]
+            for y in range(a + 1, sg):
+                zs = [z for z in inputs[y] if np.isfinite(dist[z])]
+                if zs:
+                    z = min(zs, key=lambda q: dist[q])
+                    dist[y], par[y] = dist[z] + w[y], z
+            for v in range(a, sg):
+                t = first_use_from[sg, v]
+                if t >= n or not np.isfinite(dist[v]):
+                    continue
+                lhs = cum[t + 1, a] - cum[sg, a] + dist[v]
+                if lhs < 1 - 1e-6:
+                    path = [v]
+                    while path[-1] != a:
+                        path.append(int(par[path[-1]]))
+                    cols = [Rcol[s, a] for s in range(sg, t + 1) if Rcol[s, a] >= 0]
+                    cols += [Scol[sg, b] for b in path if Scol[sg, b] >= 0]
+                    found.append((1 - lhs, cols))
+    found.sort(key=lambda f: -f[0])
+    return found[:max_cuts]
+
+
+def with_path_inequalities(sf, rounds=30, max_cuts=500):
+    """``sf`` plus the path inequalities found by ``rounds`` of separation at the LP optimum (and the LP bound)."""
+    A, lo, hi = sf.A.tocsr(), sf.row_lo.copy(), sf.row_hi.copy()
+    for _ in range(rounds):
+        lp = solve_arrays("highs", sf.c, A, lo, hi, sf.col_lo, sf.col_hi, np.zeros_like(sf.integrality))
+        cuts = path_inequalities(sf, lp.x, max_cuts)
+        if not cuts:
+            break
+        rows = np.repeat(np.arange(len(cuts)), [len(c) for _, c in cuts])
+        cols = np.concatenate([c for _, c in cuts])
+        A = sp.vstack([A, sp.csr_array((np.ones(len(cols)), (rows, cols)), shape=(len(cuts), len(sf.c)))]).tocsr()
+        lo, hi = np.append(lo, np.ones(len(cuts))), np.append(hi, np.full(len(cuts), np.inf))
+    prog = dict(c=sf.c, A=A, row_lo=lo, row_hi=hi, col_lo=sf.col_lo, col_hi=sf.col_hi, integrality=sf.integrality)
+    return prog, lp.objective + sf.objective_offset, A.shape[0] - sf.A.shape[0]
+
+
+def plain(sf):
+    return dict(c=sf.c, A=sf.A, row_lo=sf.row_lo, row_hi=sf.row_hi, col_lo=sf.col_lo, col_hi=sf.col_hi,
+                integrality=sf.integrality)
+
+
+def variants(sf, optimum, best_schedule):
+    n = sf.graph.n
+    per_value = [sf.r_col[sf.r_i == i] for i in range(n) if np.any(sf.r_i == i)]
+    per_stage = [sf.s_col[sf.s_t == t] for t in range(n) if np.any(sf.s_t == t)]
+    yield "strong, shipped options", "highs", plain(sf), SHIPPED, None
+    yield "no cut separation at B&B nodes", "highs", plain(sf), {**SHIPPED, "mip_allow_cut_separation_at_nodes": False}, None
+    yield "no restarts", "highs", plain(sf), {**SHIPPED, "mip_allow_restart": False}, None
+    yield "probing with lifting", "highs", plain(sf), {**SHIPPED, "mip_lifting_for_probing": 1}, None
+    yield "integer count sum_t R[t,i] per value", "highs", with_count_columns(sf, per_value), SHIPPED, None
+    yield "integer count sum_i S[t,i] per stage", "highs", with_count_columns(sf, per_stage), SHIPPED, None
+    yield "warm start with an optimal schedule", "highs", plain(sf), SHIPPED, sf.encode(best_schedule)
+    t0 = time.perf_counter()
+    prog, bound, count = with_path_inequalities(sf)
+    yield (f"+ {count} path inequalities (root LP {bound:.2f}; separation {time.perf_counter() - t0:.1f} s, "
+           "not in the time)"), "highs", prog, SHIPPED, None
+    yield "row cost <= optimum - 1 (prove infeasible)", "highs", with_cost_cap(sf, optimum - 1), SHIPPED, None
+    if "cbc" in available_backends():
+        yield "CBC backend", "cbc", plain(sf), None, None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="linear(8) only")
+    ap.add_argument("--limit", type=float, default=300.0, help="time limit per solve (s)")
+    args = ap.parse_args()
+    rows, raw = [], []
+    for label, make, budget in INSTANCES[:1] if args.quick else INSTANCES:
+        g = make()
+        sf = build_milp(g, budget, "strong")
+        ref = solve(g, budget, method="ilp")
+        assert ref.status.value == "optimal", ref
+        optimum = ref.objective
+        base = None
+        for name, backend, prog, options, start in variants(sf, optimum, ref.schedule):
+            t0 = time.perf_counter()
+            out = solve_arrays(backend, prog["c"], prog["A"], prog["row_lo"], prog["row_hi"], prog["col_lo"],
+                               prog["col_hi"], prog["integrality"], threads=1, time_limit_s=args.limit,
+                               options=options, start=start if start is None else
+                               np.concatenate([start, np.zeros(len(prog["c"]) - len(start))]))
+            dt = time.perf_counter() - t0
+            obj = None if out.objective is None else out.objective + sf.objective_offset
+            bound = None if out.bound is None else out.bound + sf.objective_offset
+            status = out.status.value
+            proved = status == "infeasible" if name.startswith("row cost") else (
+                status == "optimal" and abs(obj - optimum) < 1e-6)
+            base = dt if base is None else base
+            rows.append([label, budget, name, status, f"{dt:.1f}", out.stats.get("nodes", ""),
+                         "-" if bound is None else f"{bound:.2f}", "yes" if proved else "no", f"{dt / base:.2f}"])
+            raw.append(dict(instance=label, budget=budget, variant=name, backend=backend, status=status, time_s=dt,
+                            nodes=out.stats.get("nodes"), objective=obj, bound=bound, proved=proved))
+            print(label, name, status, round(dt, 1), out.stats.get("nodes"), flush=True)
+    save_json("ilp_variants", raw)
+    md = [
+        "## ilp: variants of the strong MILP that were tried and not shipped (issue 3)",
+        "",
+        f"Command: `{command_line()}`  ",
+        f"Machine: {machine_line()}  ",
+        f"Strong formulation, no warm start unless the variant says so, one thread, limit {args.limit:.0f} s. "
+        "*proved*: the optimum (or, for the cost-cap row, infeasibility) was proven within the limit; "
+        "*vs first row*: time relative to the shipped options on the same instance, in this run. "
+        "The path inequalities are described in `docs/formulation.rst`; the root LP bound after separating them "
+        "is in the variant's name (the strong formulation's own root bound: linear(8) 23, random(10) 225.75, "
+        "linear(16) 45).",
+        "",
+        table(["instance", "budget", "variant", "status", "s", "B&B nodes", "bound", "proved", "vs first row"], rows),
+    ]
+    write_section("ilp-variants", "\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
