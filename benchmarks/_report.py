@@ -20,8 +20,25 @@ README = os.path.join(HERE, "README.md")
 RESULTS = os.path.join(HERE, "results")
 
 
+def _commit() -> str:
+    """The checked-out commit, with ``+changes`` when tracked files differ from it ("" outside git)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=HERE, check=False).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                                ":(top)", ":(top,exclude)benchmarks/README.md", ":(top,exclude)benchmarks/results"],
+                               capture_output=True, text=True, cwd=HERE, check=False).stdout.strip()
+    except OSError:
+        return ""
+    return head + ("+changes" if head and dirty else "")
+
+
+#: the code a benchmark runs is the code checked out when it starts, not when it writes its table
+_COMMIT_AT_START = _commit()
+
+
 def machine_line() -> str:
-    """One line describing where the numbers were measured."""
+    """One line describing where the numbers were measured (the commit is the one the script started from)."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -31,11 +48,7 @@ def machine_line() -> str:
                     break
     except OSError:
         pass
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=HERE, check=False).stdout.strip()
-    except OSError:
-        commit = ""
+    commit = _COMMIT_AT_START
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}" + (f", commit {commit}" if commit else "")
 
 

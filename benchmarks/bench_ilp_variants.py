@@ -10,6 +10,8 @@ optimization), and the CBC backend. None is shipped; the section in
 
     python benchmarks/bench_ilp_variants.py             # linear(8) at 4, random(10) at 60, linear(16) at 6; 300 s per solve
     python benchmarks/bench_ilp_variants.py --quick     # linear(8) only
+    python benchmarks/bench_ilp_variants.py --instances "random(5,random(16" --variants shipped,path \
+        --section ilp-variants-path                     # the path inequalities on the other random DAGs
 """
 
 from __future__ import annotations
@@ -37,6 +39,12 @@ INSTANCES = [
     ("linear(8)", lambda: linear_graph(8), 4),
     ("random(10 layers, seed 2)", lambda: random_training_graph(10, 2, seed=2), 60),
     ("linear(16)", lambda: linear_graph(16), 6),
+]
+#: the other instances of bench_ilp.py, for runs restricted with --instances / --variants
+MORE = [
+    ("random(5 layers, seed 1)", lambda: random_training_graph(5, 2, seed=1), 39),
+    ("random(16 layers, seed 3)", lambda: random_training_graph(16, 2, seed=3), 87),
+    ("linear(24)", lambda: linear_graph(24), 8),
 ]
 SHIPPED = {"mip_pscost_minreliable": 0}   # the strong formulation's HiGHS default in remat_core.solvers.ilp
 
@@ -157,9 +165,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="linear(8) only")
     ap.add_argument("--limit", type=float, default=300.0, help="time limit per solve (s)")
+    ap.add_argument("--instances", default=None,
+                    help="comma-separated label prefixes, also from the other bench_ilp instances")
+    ap.add_argument("--variants", default=None, help="comma-separated substrings of variant names")
+    ap.add_argument("--section", default="ilp-variants", help="README section to write")
     args = ap.parse_args()
     rows, raw = [], []
-    for label, make, budget in INSTANCES[:1] if args.quick else INSTANCES:
+    chosen = INSTANCES[:1] if args.quick else INSTANCES
+    if args.instances:
+        prefixes = args.instances.split(",")
+        chosen = [i for i in INSTANCES + MORE if any(i[0].startswith(p) for p in prefixes)]
+    wanted = args.variants.split(",") if args.variants else None
+    for label, make, budget in chosen:
         g = make()
         sf = build_milp(g, budget, "strong")
         ref = solve(g, budget, method="ilp")
@@ -167,6 +184,8 @@ def main() -> None:
         optimum = ref.objective
         base = None
         for name, backend, prog, options, start in variants(sf, optimum, ref.schedule):
+            if wanted and not any(w in name for w in wanted):
+                continue
             t0 = time.perf_counter()
             out = solve_arrays(backend, prog["c"], prog["A"], prog["row_lo"], prog["row_hi"], prog["col_lo"],
                                prog["col_hi"], prog["integrality"], threads=1, time_limit_s=args.limit,
@@ -184,7 +203,7 @@ def main() -> None:
             raw.append(dict(instance=label, budget=budget, variant=name, backend=backend, status=status, time_s=dt,
                             nodes=out.stats.get("nodes"), objective=obj, bound=bound, proved=proved))
             print(label, name, status, round(dt, 1), out.stats.get("nodes"), flush=True)
-    save_json("ilp_variants", raw)
+    save_json(args.section.replace("-", "_"), raw)
     md = [
         "## ilp: variants of the strong MILP that were tried and not shipped (issue 3)",
         "",
@@ -199,7 +218,7 @@ def main() -> None:
         "",
         table(["instance", "budget", "variant", "status", "s", "B&B nodes", "bound", "proved", "vs first row"], rows),
     ]
-    write_section("ilp-variants", "\n".join(md))
+    write_section(args.section, "\n".join(md))
 
 
 if __name__ == "__main__":

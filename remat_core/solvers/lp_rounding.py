@@ -296,7 +296,8 @@ def solve_lp_rounding(
         tried. ``stats`` has ``lp_objective`` (per allowance), ``allowance``,
         ``candidate`` (threshold or sample that won), ``rounded_cost`` (before
         the local search), ``lp_time_s``, ``lp_warm_solves`` (LPs re-solved from the
-        previous allowance's basis), ``rounding_time_s`` and ``polish_time_s``. ``INFEASIBLE`` when the LP at the full budget is
+        previous allowance's basis; ``lp_warm_abandoned``: re-solves slower than a
+        solve from scratch, given up for one), ``rounding_time_s`` and ``polish_time_s``. ``INFEASIBLE`` when the LP at the full budget is
         infeasible (then so is the MILP); ``NO_SOLUTION`` when no rounding fits.
 
     Examples
@@ -431,6 +432,7 @@ def solve_lp_rounding(
                 lower_bound is not None and best[0] <= lower_bound * (1 + 1e-9))):
             break
     stats.update(lp_objective=lp_objective, lp_time_s=lp_time, lp_warm_solves=lps.warm_solves,
+                 lp_warm_abandoned=lps.warm_abandoned,
                  rounding_time_s=rounding_time,
                  polish_time_s=polish_time, candidates=len(seen), evaluations=evaluate.calls)
     if lower_bound is not None:

@@ -323,3 +323,20 @@ def test_lp_sequence_time_limit_is_per_solve():
                       time_limit_s=0.9 * first.stats["time_s"])
     assert seq.warm_solves == 1
     assert first.status is again.status is SolveStatus.OPTIMAL
+
+
+def test_lp_sequence_abandons_a_slow_warm_resolve(monkeypatch):
+    # a warm re-solve that takes longer than a solve from scratch is given up for one
+    from remat_core.solvers.backends import highs, lp_sequence
+
+    g = random_training_graph(16, 2, seed=3)
+    seq = lp_sequence("highs")
+    first_sf = build_milp(g, 87, "strong")
+    seq.solve(first_sf.c, first_sf.A, first_sf.row_lo, first_sf.row_hi, first_sf.col_lo, first_sf.col_hi)
+    monkeypatch.setattr(highs.LPSequence, "MIN_WARM_ALLOWANCE_S", 0.0)
+    seq._cold_s = 0.0    # as if the solve from scratch had been instantaneous: no time for the warm one
+    sf = build_milp(g, 80, "strong", memory_unit=first_sf.memory_unit)
+    out = seq.solve(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi)
+    cold = solve_arrays("highs", sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, np.zeros_like(sf.integrality))
+    assert (seq.warm_solves, seq.warm_abandoned) == (0, 1)
+    assert out.status is SolveStatus.OPTIMAL and out.objective == pytest.approx(cold.objective, rel=1e-9)

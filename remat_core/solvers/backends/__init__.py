@@ -132,6 +132,7 @@ class _ColdLPSequence:
     def __init__(self, solve_fn: Callable[..., BackendResult], threads: int | None, verbose: bool):
         self._solve, self.threads, self.verbose = solve_fn, threads, verbose
         self.warm_solves = 0
+        self.warm_abandoned = 0
 
     def solve(self, c, A, row_lo, row_hi, col_lo, col_hi, *, time_limit_s=None) -> BackendResult:
         return self._solve(c, A, row_lo, row_hi, col_lo, col_hi, np.zeros(len(c), dtype=np.uint8),
@@ -145,8 +146,10 @@ def lp_sequence(backend: str, *, threads: int | None = None, verbose: bool = Fal
     returns a :class:`BackendResult`. With ``highs`` the model and its basis
     are kept between calls, so an LP whose bounds alone changed (the same
     formulation at another budget, built with the same ``memory_unit``) starts
-    from the last optimal basis; other backends solve each LP from scratch.
-    ``warm_solves`` counts the re-solves that started from a basis.
+    from the last optimal basis, and a re-solve that runs longer than the last
+    solve from scratch is abandoned for one; other backends solve each LP from
+    scratch. ``warm_solves`` counts the re-solves finished from a basis,
+    ``warm_abandoned`` those given up.
     """
     solve_fn = get_backend(backend)   # validates the name and the library
     cls = getattr(importlib.import_module(BACKENDS[backend][0]), "LPSequence", None)

@@ -132,37 +132,57 @@ class LPSequence:
     After a change of bounds only (a budget in another allowance, say), the
     dual simplex method restarts from the previous optimal basis, which is
     usually a few pivots away; a program with another ``c`` or ``A`` is
-    loaded afresh.
+    loaded afresh. A warm re-solve that runs longer than the last solve from
+    scratch (at least :data:`MIN_WARM_ALLOWANCE_S`) is abandoned and the LP
+    solved from scratch, so a sequence never costs much more than cold solves.
     """
+
+    #: a warm re-solve may always run this long before it is abandoned (seconds)
+    MIN_WARM_ALLOWANCE_S = 1.0
 
     def __init__(self, threads: int | None = None, verbose: bool = False):
         self.threads, self.verbose = threads, verbose
         self._h = None
         self._key = None
-        self.warm_solves = 0
+        self._cold_s = 0.0
+        self.warm_solves = 0       # re-solves that finished from the previous basis
+        self.warm_abandoned = 0    # re-solves given up for a solve from scratch
 
-    def solve(self, c, A, row_lo, row_hi, col_lo, col_hi, *, time_limit_s=None) -> BackendResult:
+    def _cold(self, key, c, csc, row_lo, row_hi, col_lo, col_hi, time_limit_s) -> BackendResult:
         import highspy
 
+        self._h, self._key = highspy.Highs(), key
+        _configure(self._h, time_limit_s, None, self.threads, self.verbose, None)
+        _pass_model(self._h, c, csc, row_lo, row_hi, col_lo, col_hi, np.zeros(len(c), np.int32))
+        out = _run(self._h, False)
+        self._cold_s = out.stats["time_s"]
+        return out
+
+    def solve(self, c, A, row_lo, row_hi, col_lo, col_hi, *, time_limit_s=None) -> BackendResult:
         csc = A.tocsc()
         digest = hashlib.blake2b(digest_size=16)
         for part in (np.asarray(c, np.float64), csc.indptr, csc.indices, np.asarray(csc.data, np.float64)):
             digest.update(np.ascontiguousarray(part).tobytes())
         key = (len(c), csc.shape, digest.hexdigest())
         if self._h is None or key != self._key:
-            self._h = highspy.Highs()
-            _configure(self._h, time_limit_s, None, self.threads, self.verbose, None)
-            _pass_model(self._h, c, csc, row_lo, row_hi, col_lo, col_hi, np.zeros(len(c), np.int32))
-            self._key = key
-        else:
-            # HiGHS measures its time limit on the run clock of the object, which keeps counting across runs
-            limit = None if time_limit_s is None else self._h.getRunTime() + float(time_limit_s)
-            _configure(self._h, limit, None, self.threads, self.verbose, None)
-            cols = np.arange(len(c), dtype=np.int32)
-            rows = np.arange(csc.shape[0], dtype=np.int32)
-            self._h.changeColsBounds(len(cols), cols, np.ascontiguousarray(col_lo, np.float64),
-                                     np.ascontiguousarray(col_hi, np.float64))
-            self._h.changeRowsBounds(len(rows), rows, np.ascontiguousarray(row_lo, np.float64),
-                                     np.ascontiguousarray(row_hi, np.float64))
+            return self._cold(key, c, csc, row_lo, row_hi, col_lo, col_hi, time_limit_s)
+        allowance = max(self._cold_s, self.MIN_WARM_ALLOWANCE_S)
+        limit = allowance if time_limit_s is None else min(allowance, float(time_limit_s))
+        # HiGHS measures its time limit on the run clock of the object, which keeps counting across runs
+        _configure(self._h, self._h.getRunTime() + limit, None, self.threads, self.verbose, None)
+        cols = np.arange(len(c), dtype=np.int32)
+        rows = np.arange(csc.shape[0], dtype=np.int32)
+        self._h.changeColsBounds(len(cols), cols, np.ascontiguousarray(col_lo, np.float64),
+                                 np.ascontiguousarray(col_hi, np.float64))
+        self._h.changeRowsBounds(len(rows), rows, np.ascontiguousarray(row_lo, np.float64),
+                                 np.ascontiguousarray(row_hi, np.float64))
+        out = _run(self._h, False)
+        if out.status in (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE):
             self.warm_solves += 1
-        return _run(self._h, False)
+            return out
+        spent = out.stats["time_s"]
+        if time_limit_s is not None and spent >= float(time_limit_s):
+            return out   # the caller's limit, not the warm allowance, ran out
+        self.warm_abandoned += 1
+        left = None if time_limit_s is None else max(float(time_limit_s) - spent, 0.0)
+        return self._cold(key, c, csc, row_lo, row_hi, col_lo, col_hi, left)
