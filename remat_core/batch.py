@@ -240,7 +240,6 @@ def max_batch_size(
                           lo >= max_batch, trace, elapsed)
 
 
-
 def _largest_passing(passes: Callable[[int], bool], start: int, max_batch: int) -> int:
     """The largest batch in ``[start, max_batch]`` that ``passes``, assuming it passes up to a point.
 
@@ -264,6 +263,7 @@ def _largest_passing(passes: Callable[[int], bool], start: int, max_batch: int) 
         else:
             hi = mid
     return lo
+
 
 def batch_size_upper_bound(graph_fn: Callable[[int], Graph], budget_bytes: int, max_batch: int = 1 << 16) -> int:
     """The largest batch whose graph passes the hard lower bound; no method fits a larger one.

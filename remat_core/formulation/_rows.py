@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from functools import reduce
 
 import numpy as np
@@ -83,7 +84,7 @@ def scaled_memory(graph: Graph, budget_bytes: int, unit: float | None = None
     """
     if unit is None:
         unit = memory_unit(graph, budget_bytes)
-    elif not (isinstance(unit, (int, float)) and math.isfinite(unit) and unit > 0):
+    elif isinstance(unit, bool) or not (isinstance(unit, numbers.Real) and math.isfinite(unit) and unit > 0):
         raise ValueError(f"`memory_unit` must be a positive number of bytes; got {unit!r}")
     unit = float(unit)
     return (unit, graph.memory_bytes / unit, graph.workspace_bytes / unit,

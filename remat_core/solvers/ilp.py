@@ -146,6 +146,11 @@ def _meets(cost: float, bound: float, mip_rel_gap: float | None) -> bool:
     return cost - bound <= (mip_rel_gap or 0.0) * abs(cost) + 1e-9
 
 
+def _gap(cost: float, bound: float) -> float:
+    """The relative gap ``(cost - bound) / cost`` (0 for a zero cost), never negative."""
+    return 0.0 if cost == 0 else max(0.0, (cost - bound) / cost)
+
+
 def _row_violation(sf, x: np.ndarray) -> float:
     ax = sf.A @ x
     return float(max(np.max(sf.row_lo - ax, initial=0.0), np.max(ax - sf.row_hi, initial=0.0)))
@@ -281,9 +286,7 @@ def solve_ilp(
     stats["warm_start_time_s"] = time.perf_counter() - t0
     if warm is not None and lp_bound is not None and _meets(stats["warm_start_cost"], lp_bound, mip_rel_gap):
         # the strong LP relaxation already proves the warm start optimal: no MILP to solve
-        stats.update(milp_skipped=True, returned_warm_start=True,
-                     gap=0.0 if stats["warm_start_cost"] == 0 else
-                     max(0.0, (stats["warm_start_cost"] - lp_bound) / stats["warm_start_cost"]))
+        stats.update(milp_skipped=True, returned_warm_start=True, gap=_gap(stats["warm_start_cost"], lp_bound))
         return RematResult(status=SolveStatus.OPTIMAL, schedule=warm, backend=backend, stats=stats,
                            lower_bound=min(lp_bound, stats["warm_start_cost"]),
                            message=f"optimal: the {stats['warm_start_method']} schedule meets the LP bound")
@@ -292,8 +295,7 @@ def solve_ilp(
         # the warm start used up the limit: return it rather than start a solver that would overrun it
         stats.update(milp_skipped=True, returned_warm_start=True)
         if lp_bound is not None:
-            stats["gap"] = 0.0 if stats["warm_start_cost"] == 0 else \
-                max(0.0, (stats["warm_start_cost"] - lp_bound) / stats["warm_start_cost"])
+            stats["gap"] = _gap(stats["warm_start_cost"], lp_bound)
         return RematResult(status=SolveStatus.FEASIBLE, schedule=warm, backend=backend, stats=stats,
                            lower_bound=None if lp_bound is None else min(lp_bound, stats["warm_start_cost"]),
                            message=f"time limit reached before the MILP; the {stats['warm_start_method']} schedule")
@@ -358,7 +360,7 @@ def solve_ilp(
                            message=f"no schedule found ({out.stats.get('backend_status', out.status.value)})")
     if bound is not None:
         bound = min(bound, cost)
-        stats["gap"] = 0.0 if cost == 0 else max(0.0, (cost - bound) / cost)
+        stats["gap"] = _gap(cost, bound)
     status = SolveStatus.OPTIMAL if out.status is SolveStatus.OPTIMAL and not stats.get("returned_warm_start") \
         else SolveStatus.FEASIBLE
     if bound is not None and _meets(cost, bound, mip_rel_gap):

@@ -142,5 +142,7 @@ def test_a_shared_memory_unit_leaves_only_the_bounds_budget_dependent(formulatio
         R, S = canonical_schedule(g, S)
         sched = Schedule(R, S)
         assert _row_ok(low, low.encode(sched)) == _row_ok(own, own.encode(sched))
-    with pytest.raises(ValueError, match="`memory_unit`"):
-        build_milp(g, 31, formulation, memory_unit=0)
+    assert build_milp(g, 31, formulation, memory_unit=np.int64(full.memory_unit)).memory_unit == full.memory_unit
+    for bad in (0, True, float("nan")):
+        with pytest.raises(ValueError, match="`memory_unit`"):
+            build_milp(g, 31, formulation, memory_unit=bad)
