@@ -40,6 +40,12 @@ _ROOT_LP_MAX_NODES = 120
 #: no strong branching to initialise pseudo-costs (measured in docs/formulation.rst: 2-3x fewer
 #: seconds on the linear graphs, where most of the default's LP iterations went to strong branching).
 _HIGHS_STRONG_DEFAULTS = {"mip_pscost_minreliable": 0}
+#: Largest graph on which path inequalities are separated (the dynamic program holds ``n**3`` numbers).
+_CUTS_MAX_NODES = _ROOT_LP_MAX_NODES
+#: Rounds of path-inequality separation, and rows added per round at most (the most violated).
+_CUT_ROUNDS, _CUTS_PER_ROUND = 30, 500
+#: Share of what is left of ``time_limit_s`` that the separation rounds may use.
+_CUT_TIME_SHARE = 0.25
 
 
 def _check_options(time_limit_s: Any, mip_rel_gap: Any, threads: Any) -> None:
@@ -133,6 +139,54 @@ def _root_lp_bound(graph: Graph, budget_bytes: int, backend: str, time_limit_s: 
     return max(out.objective + sf.objective_offset, float(graph.cost.sum())), (sf, out, lps)
 
 
+def _strengthen(sf, backend: str, threads: int | None, time_limit_s: float | None
+                ) -> tuple[Any, float | None, dict[str, Any]]:
+    """``sf`` plus the path inequalities that its LP relaxation violates, separated round after round.
+
+    Each round solves the LP (from the last basis with HiGHS), adds the most
+    violated rows of :func:`remat_core.formulation.cuts.path_inequalities`,
+    and stops when none is violated, after :data:`_CUT_ROUNDS` rounds, or when
+    ``time_limit_s`` runs out. The rows are valid for every schedule, so the
+    program keeps its optimum; its LP bound rises.
+
+    Returns ``(program, LP bound with the rows or None, stats)``.
+    """
+    from ..formulation.cuts import path_inequalities, with_rows
+    from .backends import lp_sequence
+
+    t0 = time.perf_counter()
+    left = lambda: None if time_limit_s is None else float(time_limit_s) - (time.perf_counter() - t0)  # noqa: E731
+    lps = lp_sequence(backend, threads=threads)
+    out = lps.solve(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, time_limit_s=left())
+    stats: dict[str, Any] = {"rounds": 0, "rows": 0}
+    if out.status is not SolveStatus.OPTIMAL:
+        stats["time_s"] = time.perf_counter() - t0
+        return sf, None, stats
+    stats["lp_bound_before"] = bound = out.objective + sf.objective_offset
+    added = []
+    for _ in range(_CUT_ROUNDS):
+        if left() is not None and left() <= 0:
+            break
+        rows, _viol = path_inequalities(sf, out.x, _CUTS_PER_ROUND)
+        if rows.shape[0] == 0:
+            break
+        added.append(rows)
+        stats["rounds"] += 1
+        stats["rows"] += rows.shape[0]
+        out = lps.add_rows(rows, np.ones(rows.shape[0]), np.full(rows.shape[0], np.inf), time_limit_s=left())
+        if out.status is not SolveStatus.OPTIMAL:
+            break   # cut short: the rows stay (they are valid), the bound is the last one solved
+        bound = out.objective + sf.objective_offset
+    if added:
+        import scipy.sparse as sp
+
+        rows = sp.vstack(added).tocsr()
+        sf = with_rows(sf, rows, np.ones(rows.shape[0]), np.full(rows.shape[0], np.inf), "path_inequalities")
+    stats["lp_bound_after"] = bound
+    stats["time_s"] = time.perf_counter() - t0
+    return sf, bound, stats
+
+
 def _proven_bound(graph: Graph, lp_bound: float) -> float:
     """``lp_bound`` rounded up when every cost is an integer (then so is every schedule's cost)."""
     cost = graph.cost
@@ -167,6 +221,7 @@ def solve_ilp(
     verbose: bool = False,
     warm_start: bool | Schedule = True,
     solver_options: dict[str, Any] | None = None,
+    cuts: bool = True,
 ) -> RematResult:
     """Solve the rematerialization MILP.
 
@@ -201,6 +256,12 @@ def solve_ilp(
         example ``{"mip_heuristic_effort": 0.2}`` for HiGHS). With HiGHS and
         the strong formulation the default is ``{"mip_pscost_minreliable": 0}``
         (see ``docs/formulation.rst``); what is given here overrides it.
+    cuts : bool
+        Strengthen the strong formulation (graphs of up to 120 nodes) with
+        the path inequalities its LP relaxation violates
+        (:mod:`remat_core.formulation.cuts`), separated in rounds at the root
+        with up to a quarter of what is left of ``time_limit_s``, before the
+        MILP starts. Their LP bound alone may prove the warm start optimal.
 
     Returns
     -------
@@ -232,6 +293,8 @@ def solve_ilp(
     from .backends import get_backend
 
     _check_options(time_limit_s, mip_rel_gap, threads)
+    if not isinstance(cuts, (bool, np.bool_)):
+        raise TypeError(f"`cuts` must be True or False; got {cuts!r}")
     if not isinstance(formulation, str):
         raise TypeError(f"`formulation` must be a string; got {formulation!r}")
     from ..formulation import FORMULATIONS, available_formulations
@@ -284,12 +347,37 @@ def solve_ilp(
         if lp_bound is not None:
             stats["lp_bound"] = lp_bound
     stats["warm_start_time_s"] = time.perf_counter() - t0
-    if warm is not None and lp_bound is not None and _meets(stats["warm_start_cost"], lp_bound, mip_rel_gap):
-        # the strong LP relaxation already proves the warm start optimal: no MILP to solve
+
+    def proven_optimal() -> RematResult | None:
+        """The warm start as ``OPTIMAL`` when the LP bound (no MILP needed) proves it."""
+        if warm is None or lp_bound is None or not _meets(stats["warm_start_cost"], lp_bound, mip_rel_gap):
+            return None
         stats.update(milp_skipped=True, returned_warm_start=True, gap=_gap(stats["warm_start_cost"], lp_bound))
         return RematResult(status=SolveStatus.OPTIMAL, schedule=warm, backend=backend, stats=stats,
                            lower_bound=min(lp_bound, stats["warm_start_cost"]),
                            message=f"optimal: the {stats['warm_start_method']} schedule meets the LP bound")
+
+    done = proven_optimal()
+    if done is not None:
+        return done
+
+    # ---------------------------------------------------------------- build (+ path inequalities)
+    t0 = time.perf_counter()
+    sf = build_milp(graph, budget_bytes, formulation)
+    stats["build_time_s"] = time.perf_counter() - t0
+    if cuts and formulation == "strong" and graph.n <= _CUTS_MAX_NODES:
+        share = None
+        if time_limit_s is not None:
+            share = max(_CUT_TIME_SHARE * (float(time_limit_s) - (time.perf_counter() - start)), 0.05)
+        sf, cut_bound, stats["cuts"] = _strengthen(sf, backend, threads, share)
+        if cut_bound is not None:
+            proven = _proven_bound(graph, max(cut_bound, base_cost))
+            lp_bound = proven if lp_bound is None else max(lp_bound, proven)
+            stats["lp_bound"] = lp_bound
+            done = proven_optimal()
+            if done is not None:
+                return done
+    stats["size"] = sf.size()
 
     if warm is not None and time_limit_s is not None and time.perf_counter() - start >= float(time_limit_s):
         # the warm start used up the limit: return it rather than start a solver that would overrun it
@@ -300,11 +388,7 @@ def solve_ilp(
                            lower_bound=None if lp_bound is None else min(lp_bound, stats["warm_start_cost"]),
                            message=f"time limit reached before the MILP; the {stats['warm_start_method']} schedule")
 
-    # ---------------------------------------------------------------- build + solve
-    t0 = time.perf_counter()
-    sf = build_milp(graph, budget_bytes, formulation)
-    stats["build_time_s"] = time.perf_counter() - t0
-    stats["size"] = sf.size()
+    # ---------------------------------------------------------------- solve
     x0 = None
     if warm is not None:
         x0 = sf.encode(warm)

@@ -131,12 +131,22 @@ class _ColdLPSequence:
 
     def __init__(self, solve_fn: Callable[..., BackendResult], threads: int | None, verbose: bool):
         self._solve, self.threads, self.verbose = solve_fn, threads, verbose
+        self._last = None
         self.warm_solves = 0
         self.warm_abandoned = 0
 
     def solve(self, c, A, row_lo, row_hi, col_lo, col_hi, *, time_limit_s=None) -> BackendResult:
+        self._last = (c, sp.csr_array(A), np.asarray(row_lo, np.float64), np.asarray(row_hi, np.float64),
+                      col_lo, col_hi)
         return self._solve(c, A, row_lo, row_hi, col_lo, col_hi, np.zeros(len(c), dtype=np.uint8),
                            time_limit_s=time_limit_s, threads=self.threads, verbose=self.verbose)
+
+    def add_rows(self, rows, row_lo, row_hi, *, time_limit_s=None) -> BackendResult:
+        if self._last is None:
+            raise RuntimeError("add_rows() needs an LP solved by solve() first")
+        c, A, lo, hi, col_lo, col_hi = self._last
+        return self.solve(c, sp.vstack([A, sp.csr_array(rows)]).tocsr(), np.concatenate([lo, row_lo]),
+                          np.concatenate([hi, row_hi]), col_lo, col_hi, time_limit_s=time_limit_s)
 
 
 def lp_sequence(backend: str, *, threads: int | None = None, verbose: bool = False):
@@ -150,6 +160,10 @@ def lp_sequence(backend: str, *, threads: int | None = None, verbose: bool = Fal
     solve from scratch is abandoned for one; other backends solve each LP from
     scratch. ``warm_solves`` counts the re-solves finished from a basis,
     ``warm_abandoned`` those given up.
+
+    ``add_rows(rows, row_lo, row_hi, time_limit_s=None)`` appends rows to the
+    last LP and re-solves it (with ``highs`` from its basis: how cuts are
+    added round after round).
     """
     solve_fn = get_backend(backend)   # validates the name and the library
     cls = getattr(importlib.import_module(BACKENDS[backend][0]), "LPSequence", None)

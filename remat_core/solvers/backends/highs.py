@@ -6,6 +6,7 @@ import hashlib
 import time
 
 import numpy as np
+import scipy.sparse as sp
 
 from ...errors import SolverError
 from ...schedule import SolveStatus
@@ -186,3 +187,29 @@ class LPSequence:
         self.warm_abandoned += 1
         left = None if time_limit_s is None else max(float(time_limit_s) - spent, 0.0)
         return self._cold(key, c, csc, row_lo, row_hi, col_lo, col_hi, left)
+
+    def add_rows(self, rows, row_lo, row_hi, *, time_limit_s=None) -> BackendResult:
+        """Append ``row_lo <= rows @ x <= row_hi`` to the last LP and re-solve it from its basis.
+
+        The dual simplex method starts from the last optimal basis (the new
+        rows' slacks basic), usually a few pivots from the new optimum. A
+        later :meth:`solve` loads its program afresh.
+        """
+        if self._h is None:
+            raise RuntimeError("add_rows() needs an LP solved by solve() first")
+        csr = sp.csr_array(rows)
+        _configure(self._h, None if time_limit_s is None else self._h.getRunTime() + float(time_limit_s),
+                   None, self.threads, self.verbose, None)
+        status = self._h.addRows(csr.shape[0], np.ascontiguousarray(row_lo, np.float64),
+                                 np.ascontiguousarray(row_hi, np.float64), int(csr.nnz),
+                                 csr.indptr[:-1].astype(np.int32), csr.indices.astype(np.int32),
+                                 np.ascontiguousarray(csr.data, np.float64))
+        import highspy
+
+        if status == highspy.HighsStatus.kError:
+            raise SolverError("HiGHS rejected the added rows (addRows returned an error)")
+        self._key = None   # the kept model is no longer any program's digest
+        out = _run(self._h, False)
+        if out.status in (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE):
+            self.warm_solves += 1
+        return out

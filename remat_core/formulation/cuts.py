@@ -1,0 +1,146 @@
+"""Path inequalities: valid rows that the strong LP relaxation violates, separated at an LP point.
+
+For a stage ``g``, a value ``v < g`` whose first reader at or after ``g`` is
+``t`` (the frontier computes ``t`` in stage ``t``), an ancestor ``a`` of ``v``
+and a path ``P`` from ``a`` to ``v`` in the graph::
+
+    sum_{s = g..t} R[s, a]  +  sum_{b in P} S[g, b]  >=  1
+
+If no value of ``P`` is kept into stage ``g``, then ``v`` is computed again by
+stage ``t``, which needs its predecessor on ``P`` present at that moment, which
+(not being kept into ``g``) was computed again in a stage ``g..t``, and so on
+back to ``a``. Every schedule the formulation admits satisfies the row; the LP
+point usually does not, because it keeps each value of a chain a fraction of
+the time and pays for a fraction of one recomputation (``docs/formulation.rst``).
+
+Separation is exact over the whole family: for each stage ``g`` the path of
+least ``S*[g, .]`` weight between every pair of values is found by a dynamic
+program over the DAG (vectorized over stages and start nodes), and the most
+violated rows are returned.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from .standard_form import StandardForm
+
+__all__ = ["path_inequalities", "with_rows"]
+
+
+def _dense_values(sf: StandardForm, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(Rcol, Scol, R, S)``: column index (-1: none) and value of every ``R[t, i]`` and ``S[t, i]``."""
+    n = sf.graph.n
+    Rcol = np.full((n, n), -1, dtype=np.int64)
+    Scol = np.full((n, n), -1, dtype=np.int64)
+    Rcol[sf.r_t, sf.r_i] = sf.r_col
+    Scol[sf.s_t, sf.s_i] = sf.s_col
+    xv = np.append(np.asarray(x, dtype=np.float64), 0.0)   # index -1: a missing column, value 0
+    R, S = xv[Rcol], xv[Scol]
+    R[sf.r_fixed_t, sf.r_fixed_i] = 1.0
+    return Rcol, Scol, R, S
+
+
+def _first_reader_from(graph) -> np.ndarray:
+    """``out[g, v]``: the first reader of ``v`` at or after stage ``g`` (``n`` if none)."""
+    n = graph.n
+    out = np.full((n + 1, n), n, dtype=np.int64)
+    for i, k in graph.edges[np.argsort(-graph.edges[:, 1], kind="stable")]:
+        out[: int(k) + 1, int(i)] = int(k)    # later readers first, so the earliest one is written last
+    return out
+
+
+def path_inequalities(sf: StandardForm, x: np.ndarray, max_cuts: int = 500, tol: float = 1e-6,
+                      ) -> tuple[sp.csr_array, np.ndarray]:
+    """The path inequalities violated by the point ``x`` of ``sf``, most violated first.
+
+    Parameters
+    ----------
+    sf : StandardForm
+        A ``"strong"`` program (the rows are stated over its ``R`` and ``S`` columns).
+    x : numpy.ndarray
+        A point (usually the LP optimum), one value per column.
+    max_cuts : int
+        At most this many rows, the most violated.
+    tol : float
+        Only rows violated by more than ``tol``.
+
+    Returns
+    -------
+    (rows, violation)
+        ``rows``: a ``csr_array`` of shape ``(k, sf.n_cols)`` with 0/1 entries,
+        each to be read ``rows @ x >= 1``; ``violation``: ``1 - rows @ x``.
+    """
+    if sf.formulation != "strong":
+        raise ValueError(f"path inequalities are stated for the 'strong' formulation; got {sf.formulation!r}")
+    if isinstance(max_cuts, bool) or not isinstance(max_cuts, (int, np.integer)) or max_cuts < 1:
+        raise ValueError(f"`max_cuts` must be a positive integer; got {max_cuts!r}")
+    x = np.asarray(x, dtype=np.float64)
+    if x.shape != (sf.n_cols,):
+        raise ValueError(f"`x` must have one value per column ({sf.n_cols}); got shape {x.shape}")
+    g = sf.graph
+    n = g.n
+    empty = (sp.csr_array((0, sf.n_cols)), np.zeros(0))
+    if n < 2:
+        return empty
+    Rcol, Scol, R, S = _dense_values(sf, x)
+    # W[g, b]: weight of b on a path in stage g: S*[g, b], infinite where b has no S column in stage g
+    # (b >= g, or no later stage reads b: such b lies on no path to a value read again)
+    W = np.where(Scol >= 0, S, np.inf)
+    inputs = [[] for _ in range(n)]
+    for i, k in g.edges:
+        inputs[int(k)].append(int(i))
+    # D[g, a, y]: least weight of a path a -> y (both ends included); P: y's predecessor on it (-1 at a)
+    D = np.full((n, n, n), np.inf)
+    P = np.full((n, n, n), -1, dtype=np.int64)
+    ar = np.arange(n)
+    for y in range(n):
+        if inputs[y]:
+            zs = np.array(inputs[y])
+            sub = D[:, :, zs]                                   # (g, a, len(zs))
+            best = np.argmin(sub, axis=2)
+            D[:, :, y] = np.take_along_axis(sub, best[:, :, None], axis=2)[:, :, 0] + W[:, y][:, None]
+            P[:, :, y] = zs[best]
+        D[:, y, y] = W[:, y]
+        P[:, y, y] = -1
+    # recomputations of a in stages g..t: cum[t + 1, a] - cum[g, a]
+    cum = np.vstack([np.zeros((1, n)), np.cumsum(R, axis=0)])
+    first = _first_reader_from(g)[:n]                           # (g, v)
+    valid = first < n
+    t1 = np.where(valid, first + 1, 0)
+    recomp = cum[t1[:, None, :], ar[None, :, None]] - cum[ar[:, None, None], ar[None, :, None]]   # (g, a, v)
+    lhs = recomp + D
+    lhs[~np.broadcast_to(valid[:, None, :], lhs.shape)] = np.inf
+    lhs[ar[:, None] <= ar[None, :], :] = np.inf                 # a < g
+    gg, aa, vv = np.nonzero(lhs < 1.0 - tol)
+    if len(gg) == 0:
+        return empty
+    viol = 1.0 - lhs[gg, aa, vv]
+    keep = np.argsort(-viol, kind="stable")[:max_cuts]
+    gg, aa, vv, viol = gg[keep], aa[keep], vv[keep], viol[keep]
+    indptr, indices = [0], []
+    for sg, a, v in zip(gg.tolist(), aa.tolist(), vv.tolist()):
+        cols = Rcol[sg:first[sg, v] + 1, a]
+        row = cols[cols >= 0].tolist()
+        b = v
+        while b != -1:
+            row.append(int(Scol[sg, b]))
+            b = int(P[sg, a, b])
+        indices.extend(row)
+        indptr.append(len(indices))
+    rows = sp.csr_array((np.ones(len(indices)), np.array(indices, dtype=np.int64), np.array(indptr)),
+                        shape=(len(gg), sf.n_cols))
+    rows.sum_duplicates()
+    return rows, viol
+
+
+def with_rows(sf: StandardForm, rows: sp.csr_array, row_lo: np.ndarray, row_hi: np.ndarray,
+              family: str) -> StandardForm:
+    """``sf`` with ``row_lo <= rows @ x <= row_hi`` appended, counted under ``family`` in ``row_families``."""
+    out = StandardForm(**{k: getattr(sf, k) for k in sf.__dataclass_fields__})
+    out.A = sp.vstack([sf.A, sp.csr_array(rows)]).tocsr()
+    out.row_lo = np.concatenate([sf.row_lo, np.asarray(row_lo, dtype=np.float64)])
+    out.row_hi = np.concatenate([sf.row_hi, np.asarray(row_hi, dtype=np.float64)])
+    out.row_families = {**sf.row_families, family: sf.row_families.get(family, 0) + rows.shape[0]}
+    return out

@@ -1,0 +1,161 @@
+"""Path inequalities (remat_core.formulation.cuts): valid for every schedule, separated exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import dags, valid_schedules
+
+from remat_core import Schedule, SolveStatus, solve
+from remat_core.formulation import build_milp, canonical_schedule
+from remat_core.formulation.cuts import path_inequalities, with_rows
+from remat_core.solvers.backends import available_backends, lp_sequence, solve_arrays
+from remat_core.zoo import linear_graph, random_training_graph
+
+
+def _lp(sf):
+    return solve_arrays("highs", sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi,
+                        np.zeros_like(sf.integrality))
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_every_schedule_satisfies_every_path_inequality(data):
+    """No path inequality is violated at an integer point of the strong formulation (any budget)."""
+    g = data.draw(dags(max_nodes=9))
+    sched = Schedule(*canonical_schedule(g, data.draw(valid_schedules(g)).S))
+    sf = build_milp(g, 10 ** 9, "strong")
+    rows, viol = path_inequalities(sf, sf.encode(sched), max_cuts=10 ** 6, tol=1e-9)
+    assert rows.shape[0] == 0, viol
+
+
+@pytest.mark.parametrize("graph, budget", [(linear_graph(8), 4), (random_training_graph(10, 2, seed=2), 60),
+                                           (random_training_graph(5, 2, seed=1), 39)])
+def test_optimal_schedules_satisfy_the_rows_the_lp_point_violates(graph, budget):
+    sf = build_milp(graph, budget, "strong")
+    x_lp = _lp(sf).x
+    rows, viol = path_inequalities(sf, x_lp)
+    assert rows.shape[0] > 0 and np.all(viol > 0) and np.all(np.diff(viol) <= 1e-12)   # most violated first
+    np.testing.assert_allclose(rows @ x_lp, 1 - viol, atol=1e-9)
+    best = solve(graph, budget, method="ilp", cuts=False)
+    assert best.status is SolveStatus.OPTIMAL
+    assert np.all(rows @ sf.encode(best.schedule) >= 1 - 1e-9)
+
+
+def _brute_force_lhs(sf, x):
+    """Per (stage, a, v): the least left-hand side at ``x`` over all paths a -> v, by enumerating paths."""
+    g, n = sf.graph, sf.graph.n
+    R, S = np.zeros((n, n)), np.zeros((n, n))
+    R[sf.r_t, sf.r_i], S[sf.s_t, sf.s_i] = x[sf.r_col], x[sf.s_col]
+    has_s = np.zeros((n, n), bool)
+    has_s[sf.s_t, sf.s_i] = True
+    succ = {i: [int(k) for j, k in g.edges if j == i] for i in range(n)}
+    best = {}
+    for stage in range(1, n):
+        for a in range(stage):
+            stack = [(a, (a,))]
+            while stack:
+                y, path = stack.pop()
+                if not all(has_s[stage, b] for b in path):
+                    continue
+                readers = [int(k) for j, k in g.edges if j == y and k >= stage]
+                if readers:
+                    t = min(readers)
+                    lhs = R[stage:t + 1, a].sum() + sum(S[stage, b] for b in path)
+                    best[stage, a, y] = min(best.get((stage, a, y), np.inf), lhs)
+                stack.extend((k, path + (k,)) for k in succ[y] if k < stage)
+    return best
+
+
+@pytest.mark.parametrize("graph, budget", [(random_training_graph(5, 2, seed=1), 39), (linear_graph(6), 4),
+                                           (random_training_graph(7, 2, seed=5), 40)])
+def test_separation_is_exact(graph, budget):
+    """One row per (stage, a, v), with the least left-hand side over all paths: as enumerated path by path."""
+    sf = build_milp(graph, budget, "strong")
+    lp = _lp(sf)
+    brute = _brute_force_lhs(sf, lp.x)
+    assert min(brute.values()) < 1 - 1e-6                       # the LP point violates some row
+    rows, viol = path_inequalities(sf, lp.x, max_cuts=10 ** 6, tol=-np.inf)   # every row, violated or not
+    np.testing.assert_allclose(np.sort(1 - viol), np.sort(list(brute.values())), atol=1e-9)
+    violated, _ = path_inequalities(sf, lp.x, max_cuts=10 ** 6)
+    assert violated.shape[0] == sum(v < 1 - 1e-6 for v in brute.values())
+
+
+def test_cuts_raise_the_lp_bound_and_keep_the_optimum():
+    g = linear_graph(8)
+    sf = build_milp(g, 4, "strong")
+    lp = _lp(sf)
+    assert lp.objective + sf.objective_offset == pytest.approx(23.0)
+    rows, _ = path_inequalities(sf, lp.x)
+    cut = with_rows(sf, rows, np.ones(rows.shape[0]), np.full(rows.shape[0], np.inf), "path_inequalities")
+    assert cut.row_families["path_inequalities"] == rows.shape[0] and cut.n_rows == sf.n_rows + rows.shape[0]
+    assert _lp(cut).objective + sf.objective_offset > 24.9    # the 8-layer chain's optimum is 26
+    milp = solve_arrays("highs", cut.c, cut.A, cut.row_lo, cut.row_hi, cut.col_lo, cut.col_hi, cut.integrality)
+    assert milp.objective + sf.objective_offset == pytest.approx(26.0)
+
+
+def test_bad_arguments_are_named():
+    sf = build_milp(linear_graph(3), 4, "strong")
+    x = np.zeros(sf.n_cols)
+    with pytest.raises(ValueError, match="max_cuts"):
+        path_inequalities(sf, x, max_cuts=0)
+    with pytest.raises(ValueError, match="`x`"):
+        path_inequalities(sf, x[:-1])
+    with pytest.raises(ValueError, match="strong"):
+        path_inequalities(build_milp(linear_graph(3), 4, "paper"), np.zeros(1))
+
+
+@pytest.mark.parametrize("backend", available_backends())
+def test_add_rows_matches_a_cold_solve_of_the_stacked_program(backend):
+    g = random_training_graph(10, 2, seed=2)
+    sf = build_milp(g, 60, "strong")
+    seq = lp_sequence(backend)
+    out = seq.solve(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi)
+    for _ in range(2):
+        rows, _ = path_inequalities(sf, out.x)
+        out = seq.add_rows(rows, np.ones(rows.shape[0]), np.full(rows.shape[0], np.inf))
+        sf = with_rows(sf, rows, np.ones(rows.shape[0]), np.full(rows.shape[0], np.inf), "path_inequalities")
+        cold = _lp(sf)
+        assert out.status is cold.status is SolveStatus.OPTIMAL
+        assert out.objective == pytest.approx(cold.objective, rel=1e-9, abs=1e-9)
+    if backend == "highs":
+        assert seq.warm_solves == 2
+    with pytest.raises(RuntimeError, match="solve"):
+        lp_sequence(backend).add_rows(sp.csr_array((1, 3)), [1.0], [np.inf])
+
+
+def test_ilp_with_cuts_proves_the_same_optima_and_reports_them():
+    for graph, budget in [(linear_graph(8), 4), (random_training_graph(10, 2, seed=2), 60),
+                          (random_training_graph(5, 2, seed=1), 39)]:
+        with_cuts = solve(graph, budget, method="ilp")
+        without = solve(graph, budget, method="ilp", cuts=False)
+        assert with_cuts.status is without.status is SolveStatus.OPTIMAL
+        assert with_cuts.objective == without.objective
+        assert with_cuts.peak_memory_bytes <= budget
+        c = with_cuts.stats["cuts"]
+        assert c["rows"] > 0 and c["lp_bound_after"] > c["lp_bound_before"]
+        assert "cuts" not in without.stats
+    with pytest.raises(TypeError, match="cuts"):
+        solve(linear_graph(3), 4, method="ilp", cuts="yes")
+
+
+def test_the_cut_bound_alone_can_prove_the_warm_start_optimal(monkeypatch):
+    """Where the cut LP bound meets the warm start's cost, no MILP runs."""
+    from remat_core.solvers import ilp
+
+    g = linear_graph(8)
+    calls = []
+    real = ilp._strengthen
+
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        calls.append(out[1])
+        return out[0], 26.0, out[2]   # pretend the rows closed the gap
+
+    monkeypatch.setattr(ilp, "_strengthen", spy)
+    res = solve(g, 4, method="ilp")
+    assert calls and res.status is SolveStatus.OPTIMAL and res.objective == 26.0
+    assert res.stats["milp_skipped"] and res.lower_bound == 26.0
