@@ -5,8 +5,12 @@ start) on two of the issue's chains and a random DAG, against variants: HiGHS op
 extra integer columns to branch on, a warm start with the optimal schedule,
 path inequalities separated at the root LP,
 the optimum minus one as a cost cap (an infeasibility proof instead of an
-optimization), and the CBC backend. None is shipped; the section in
-``benchmarks/README.md`` records why.
+optimization), and the CBC backend. The path inequalities have since been
+shipped (``ilp``'s ``cuts=True``, with the vectorized separation of
+``remat_core.formulation.cuts``; the slower loop below is kept so that these
+tables can be re-run as recorded); the others are not, and the section in
+``benchmarks/README.md`` records why. The first row is the strong formulation
+without path inequalities.
 
     python benchmarks/bench_ilp_variants.py             # linear(8) at 4, random(10) at 60, linear(16) at 6; 300 s per solve
     python benchmarks/bench_ilp_variants.py --quick     # linear(8) only
