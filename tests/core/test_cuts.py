@@ -159,3 +159,19 @@ def test_the_cut_bound_alone_can_prove_the_warm_start_optimal(monkeypatch):
     res = solve(g, 4, method="ilp")
     assert calls and res.status is SolveStatus.OPTIMAL and res.objective == 26.0
     assert res.stats["milp_skipped"] and res.lower_bound == 26.0
+
+
+def test_separation_rounds_keep_their_time_limit():
+    import time
+
+    from remat_core.solvers.ilp import _strengthen
+
+    g = random_training_graph(16, 2, seed=3)
+    sf = build_milp(g, 87, "strong")
+    t0 = time.perf_counter()
+    out, bound, stats = _strengthen(sf, "highs", 1, 0.02)
+    assert time.perf_counter() - t0 < 2.0
+    assert bound is None or stats["rounds"] <= 1
+    full, full_bound, full_stats = _strengthen(sf, "highs", 1, None)
+    assert full_stats["rounds"] >= 2 and full_bound > full_stats["lp_bound_before"] + 1
+    assert full.n_rows == sf.n_rows + full_stats["rows"]
