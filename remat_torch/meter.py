@@ -41,9 +41,9 @@ Examples
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 from typing import Any, Callable, Iterator
+
+from remat_core._native_io import native_output_silenced
 
 __all__ = ["AllocatorMeter", "measure_peak_bytes"]
 
@@ -58,20 +58,8 @@ def _native_stderr_silenced() -> Iterator[None]:
     workspaces). Only the profiler's own start and stop run inside this block,
     never the measured code.
     """
-    try:
-        fd = sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):   # no real stderr (e.g. captured): nothing to silence
+    with native_output_silenced("stderr"):
         yield
-        return
-    sys.stderr.flush()
-    saved = os.dup(fd)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), fd)
-        yield
-    finally:
-        os.dup2(saved, fd)
-        os.close(saved)
 
 
 class AllocatorMeter:

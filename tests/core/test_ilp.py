@@ -340,3 +340,17 @@ def test_lp_sequence_abandons_a_slow_warm_resolve(monkeypatch):
     cold = solve_arrays("highs", sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, np.zeros_like(sf.integrality))
     assert (seq.warm_solves, seq.warm_abandoned) == (0, 1)
     assert out.status is SolveStatus.OPTIMAL and out.objective == pytest.approx(cold.objective, rel=1e-9)
+
+
+@pytest.mark.skipif("cbc" not in available_backends(), reason="python-mip not installed")
+def test_cbc_lp_solves_print_nothing_unless_verbose(capfd):
+    # CLP writes its LP log to file descriptor 1 whatever python-mip's `verbose` says
+    sf = build_milp(linear_graph(6), 4)
+    lp = np.zeros_like(sf.integrality)
+    out = solve_arrays("cbc", sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, lp)
+    assert out.status is SolveStatus.OPTIMAL
+    assert capfd.readouterr().out == ""
+    solve_arrays("cbc", sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, lp, verbose=True)
+    assert capfd.readouterr().out != ""
+    print("still printing")   # file descriptor 1 is restored
+    assert capfd.readouterr().out == "still printing\n"

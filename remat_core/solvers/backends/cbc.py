@@ -69,7 +69,13 @@ def solve(c, A, row_lo, row_hi, col_lo, col_hi, integrality, *, time_limit_s=Non
     kw = {"relax": not is_mip}
     if time_limit_s is not None:
         kw["max_seconds"] = float(time_limit_s)
-    status = model.optimize(**kw)
+    if verbose:
+        status = model.optimize(**kw)
+    else:   # CLP prints its LP log (e.g. "Optimal - objective value") whatever model.verbose says
+        from ..._native_io import native_output_silenced
+
+        with native_output_silenced("stdout"):
+            status = model.optimize(**kw)
     elapsed = time.perf_counter() - t0
     ours = _STATUS.get(status.name)
     if ours is None:
