@@ -139,7 +139,7 @@ def _root_lp_bound(graph: Graph, budget_bytes: int, backend: str, time_limit_s: 
     return max(out.objective + sf.objective_offset, float(graph.cost.sum())), (sf, out, lps)
 
 
-def _strengthen(sf, backend: str, threads: int | None, time_limit_s: float | None
+def _strengthen(sf, backend: str, threads: int | None, time_limit_s: float | None, lps: Any = None
                 ) -> tuple[Any, float | None, dict[str, Any]]:
     """``sf`` plus the path inequalities that its LP relaxation violates, separated round after round.
 
@@ -149,6 +149,10 @@ def _strengthen(sf, backend: str, threads: int | None, time_limit_s: float | Non
     ``time_limit_s`` runs out. The rows are valid for every schedule, so the
     program keeps its optimum; its LP bound rises.
 
+    ``lps``: an LP sequence (:func:`~remat_core.solvers.backends.lp_sequence`)
+    that last solved a program with ``sf``'s matrix, so that the first LP
+    restarts from its basis (the root LP that lp-rounding went on from).
+
     Returns ``(program, LP bound with the rows or None, stats)``.
     """
     from ..formulation.cuts import path_inequalities, with_rows
@@ -156,9 +160,10 @@ def _strengthen(sf, backend: str, threads: int | None, time_limit_s: float | Non
 
     t0 = time.perf_counter()
     left = lambda: None if time_limit_s is None else float(time_limit_s) - (time.perf_counter() - t0)  # noqa: E731
-    lps = lp_sequence(backend, threads=threads)
+    lps = lp_sequence(backend, threads=threads) if lps is None else lps
+    warm_before = lps.warm_solves
     out = lps.solve(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, time_limit_s=left())
-    stats: dict[str, Any] = {"rounds": 0, "rows": 0}
+    stats: dict[str, Any] = {"rounds": 0, "rows": 0, "first_lp_warm": lps.warm_solves > warm_before}
     if out.status is not SolveStatus.OPTIMAL:
         stats["time_s"] = time.perf_counter() - t0
         return sf, None, stats
@@ -307,6 +312,7 @@ def solve_ilp(
     base_cost = float(graph.cost.sum())
     stats: dict[str, Any] = {"backend": backend, "formulation": formulation}
 
+    relaxation = None   # (program, LP result, LP sequence) of the strong root LP, once solved
     trivial = trivial_result(graph, budget_bytes, backend, stats)
     if trivial is not None:
         return trivial
@@ -326,7 +332,6 @@ def solve_ilp(
         # 1. the cheap heuristics; 2. the strong LP bound: if it proves the best of them optimal, stop here;
         # 3. lp-rounding with a share of what is left of the time limit
         found = _warm_start(graph, budget_bytes, include_lp_rounding=False, lp_rounding_time_limit_s=None)
-        relaxation = None
         if graph.n <= _ROOT_LP_MAX_NODES:
             left = None if time_limit_s is None else max(float(time_limit_s) - (time.perf_counter() - start), 0.05)
             root, relaxation = _root_lp_bound(graph, budget_bytes, backend, time_limit_s=left)
@@ -363,13 +368,15 @@ def solve_ilp(
 
     # ---------------------------------------------------------------- build (+ path inequalities)
     t0 = time.perf_counter()
-    sf = build_milp(graph, budget_bytes, formulation)
+    reuse = relaxation is not None and formulation == "strong"
+    sf = relaxation[0] if reuse else build_milp(graph, budget_bytes, formulation)   # the root LP's program
     stats["build_time_s"] = time.perf_counter() - t0
     if cuts and formulation == "strong" and graph.n <= _CUTS_MAX_NODES:
         share = None
         if time_limit_s is not None:
             share = max(_CUT_TIME_SHARE * (float(time_limit_s) - (time.perf_counter() - start)), 0.05)
-        sf, cut_bound, stats["cuts"] = _strengthen(sf, backend, threads, share)
+        sf, cut_bound, stats["cuts"] = _strengthen(sf, backend, threads, share,
+                                                   lps=relaxation[2] if reuse else None)
         if cut_bound is not None:
             proven = _proven_bound(graph, max(cut_bound, base_cost))
             lp_bound = proven if lp_bound is None else max(lp_bound, proven)

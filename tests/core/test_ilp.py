@@ -268,7 +268,7 @@ def test_time_limit_is_kept_on_a_graph_whose_lp_is_slow():
 
 
 def test_the_root_lp_is_solved_once(monkeypatch):
-    # the LP bound step and lp-rounding's allowance 0 are the same LP: ilp builds it once, then the MILP
+    # the LP bound step, lp-rounding's allowance 0, the cut rounds and the MILP share one program
     import remat_core.formulation as formulation
 
     g, budget = random_training_graph(5, 2, seed=1), 39
@@ -283,7 +283,9 @@ def test_the_root_lp_is_solved_once(monkeypatch):
     res = solve(g, budget, method="ilp")
     assert res.status is SolveStatus.OPTIMAL and res.objective == 122
     assert res.stats["warm_start_method"] == "lp-rounding" and not res.stats.get("milp_skipped")
-    assert [b for b, _, _ in built].count(budget) == 2, built   # root LP (reused by lp-rounding) + the MILP
+    # one program: the root LP's, reused by lp-rounding, by the path-inequality rounds and by the MILP
+    assert [b for b, _, _ in built].count(budget) == 1, built
+    assert res.stats["cuts"]["first_lp_warm"]                  # restarted from lp-rounding's last basis
     alone = solve(g, budget, method="lp-rounding")
     assert alone.objective == res.stats["warm_start_cost"]      # the reused LP rounds to the same schedule
 
