@@ -368,7 +368,7 @@ def solve_ilp(
 
     # ---------------------------------------------------------------- build (+ path inequalities)
     t0 = time.perf_counter()
-    reuse = relaxation is not None and formulation == "strong"
+    reuse = relaxation is not None and formulation == "strong" and relaxation[0].budget_bytes == budget_bytes
     sf = relaxation[0] if reuse else build_milp(graph, budget_bytes, formulation)   # the root LP's program
     stats["build_time_s"] = time.perf_counter() - t0
     if cuts and formulation == "strong" and graph.n <= _CUTS_MAX_NODES:
