@@ -95,7 +95,8 @@ def render(raw, limit, command, machine) -> str:
         opt = strong["objective"] if strong["status"] == "optimal" else paper["objective"]
         plain = r.get("strong_no_cuts")
         cuts = strong.get("cuts") or {}
-        after = f" / {cuts['lp_bound_after']:.2f} ({cuts['rows']} rows)" if cuts.get("lp_bound_after") else ""
+        after = (f" / {cuts['lp_bound_after']:.2f} ({cuts['rows']} rows, {cuts['rounds']} rounds, "
+                 f"{cuts['time_s']:.2f} s)") if cuts.get("lp_bound_after") else ""
         rows.append([
             r["instance"], r["nodes"], r["budget"], f"{opt:g}" if opt is not None else "-",
             f"{r['root_lp']['paper']:.2f} / {r['root_lp']['strong']:.2f}{after}",
@@ -135,7 +136,8 @@ def render(raw, limit, command, machine) -> str:
         "start included, with the paper formulation from nothing: that is the user-visible gain, not the "
         "formulation's alone. *strong* includes the path inequalities (`cuts=True`, the default: separated "
         "at the root LP in rounds, `remat_core.formulation.cuts`), their separation time included; the "
-        "column before it is the same solve with `cuts=False`.",
+        "column before it is the same solve with `cuts=False`; the seconds after the rows in the root LP column are "
+        "those rounds (LP solves and separation), part of the *strong* time.",
         "",
         table(["instance", "nodes", "budget", "optimum", "root LP bound paper / strong / with path inequalities",
                "paper s", "paper B&B nodes", "strong without path inequalities s (B&B nodes)",

@@ -6,9 +6,9 @@ extra integer columns to branch on, a warm start with the optimal schedule,
 path inequalities separated at the root LP,
 the optimum minus one as a cost cap (an infeasibility proof instead of an
 optimization), and the CBC backend. The path inequalities have since been
-shipped (``ilp``'s ``cuts=True``, with the vectorized separation of
-``remat_core.formulation.cuts``; the slower loop below is kept so that these
-tables can be re-run as recorded); the others are not, and the section in
+shipped (``ilp``'s ``cuts=True``); this script now adds them with ``ilp``'s own
+rounds (the recorded tables used a slower Python loop that found the same
+rows, so their separation seconds are higher than a re-run's); the others are not shipped, and the section in
 ``benchmarks/README.md`` records why. The first row is the strong formulation
 without path inequalities.
 
@@ -33,23 +33,16 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 from _report import command_line, machine_line, save_json, table, write_section  # noqa: E402
+from bench_ilp import INSTANCES as ALL_INSTANCES  # noqa: E402
 
 from remat_core import solve  # noqa: E402
 from remat_core.formulation import build_milp  # noqa: E402
 from remat_core.solvers.backends import available_backends, solve_arrays  # noqa: E402
-from remat_core.zoo import linear_graph, random_training_graph  # noqa: E402
+from remat_core.solvers.ilp import _strengthen  # noqa: E402
 
-INSTANCES = [
-    ("linear(8)", lambda: linear_graph(8), 4),
-    ("random(10 layers, seed 2)", lambda: random_training_graph(10, 2, seed=2), 60),
-    ("linear(16)", lambda: linear_graph(16), 6),
-]
-#: the other instances of bench_ilp.py, for runs restricted with --instances / --variants
-MORE = [
-    ("random(5 layers, seed 1)", lambda: random_training_graph(5, 2, seed=1), 39),
-    ("random(16 layers, seed 3)", lambda: random_training_graph(16, 2, seed=3), 87),
-    ("linear(24)", lambda: linear_graph(24), 8),
-]
+#: the default instances; --instances picks others from bench_ilp.py's list by label prefix
+DEFAULT = ("linear(8)", "random(10 layers, seed 2)", "linear(16)")
+INSTANCES = [next(i for i in ALL_INSTANCES if i[0] == label) for label in DEFAULT]
 SHIPPED = {"mip_pscost_minreliable": 0}   # the strong formulation's HiGHS default in remat_core.solvers.ilp
 
 
@@ -75,71 +68,6 @@ def with_cost_cap(sf, cap):
                 col_lo=sf.col_lo, col_hi=sf.col_hi, integrality=sf.integrality)
 
 
-def path_inequalities(sf, x, max_cuts):
-    """Path inequalities violated by the LP point ``x``, most violated first, as (cols, violation).
-
-    For a stage ``sg``, a value ``v < sg`` read again in a stage ``t >= sg`` (the first such), an ancestor
-    ``a`` of ``v`` and a path ``P`` from ``a`` to ``v``: if no value of ``P`` is kept into stage ``sg``, then
-    ``v`` is computed again by stage ``t`` from ``a`` along ``P``, so ``a`` is computed in one of the stages
-    ``sg..t``:  ``sum_{s=sg..t} R[s,a] + sum_{b in P} S[sg,b] >= 1``. The path of least ``S*`` weight is found
-    by dynamic programming over the DAG.
-    """
-    g, n = sf.graph, sf.graph.n
-    Rcol, Scol = np.full((n, n), -1), np.full((n, n), -1)
-    Rcol[sf.r_t, sf.r_i], Scol[sf.s_t, sf.s_i] = sf.r_col, sf.s_col
-    xv = np.append(x, 0.0)
-    Rv, Sv = xv[Rcol], xv[Scol]
-    np.fill_diagonal(Rv, 1.0)
-    cum = np.vstack([np.zeros((1, n)), np.cumsum(Rv, axis=0)])   # cum[t + 1, a] = sum_{s <= t} R[s, a]
-    inputs = [[] for _ in range(n)]
-    for i, k in g.edges:
-        inputs[int(k)].append(int(i))
-    first_use_from = np.full((n + 1, n), n, dtype=np.int64)       # first_use_from[sg, v]: first reader >= sg
-    for i, k in g.edges:
-        first_use_from[: int(k) + 1, int(i)] = np.minimum(first_use_from[: int(k) + 1, int(i)], int(k))
-    found = []
-    for sg in range(1, n):
-        w = Sv[sg]
-        for a in range(sg):
-            dist, par = np.full(n, np.inf), np.full(n, -1)
-            dist[a] = w[a]
-            for y in range(a + 1, sg):
-                zs = [z for z in inputs[y] if np.isfinite(dist[z])]
-                if zs:
-                    z = min(zs, key=lambda q: dist[q])
-                    dist[y], par[y] = dist[z] + w[y], z
-            for v in range(a, sg):
-                t = first_use_from[sg, v]
-                if t >= n or not np.isfinite(dist[v]):
-                    continue
-                lhs = cum[t + 1, a] - cum[sg, a] + dist[v]
-                if lhs < 1 - 1e-6:
-                    path = [v]
-                    while path[-1] != a:
-                        path.append(int(par[path[-1]]))
-                    cols = [Rcol[s, a] for s in range(sg, t + 1) if Rcol[s, a] >= 0]
-                    cols += [Scol[sg, b] for b in path if Scol[sg, b] >= 0]
-                    found.append((1 - lhs, cols))
-    found.sort(key=lambda f: -f[0])
-    return found[:max_cuts]
-
-
-def with_path_inequalities(sf, rounds=30, max_cuts=500):
-    """``sf`` plus the path inequalities found by ``rounds`` of separation at the LP optimum (and the LP bound)."""
-    A, lo, hi = sf.A.tocsr(), sf.row_lo.copy(), sf.row_hi.copy()
-    for _ in range(rounds):
-        lp = solve_arrays("highs", sf.c, A, lo, hi, sf.col_lo, sf.col_hi, np.zeros_like(sf.integrality))
-        cuts = path_inequalities(sf, lp.x, max_cuts)
-        if not cuts:
-            break
-        rows = np.repeat(np.arange(len(cuts)), [len(c) for _, c in cuts])
-        cols = np.concatenate([c for _, c in cuts])
-        A = sp.vstack([A, sp.csr_array((np.ones(len(cols)), (rows, cols)), shape=(len(cuts), len(sf.c)))]).tocsr()
-        lo, hi = np.append(lo, np.ones(len(cuts))), np.append(hi, np.full(len(cuts), np.inf))
-    prog = dict(c=sf.c, A=A, row_lo=lo, row_hi=hi, col_lo=sf.col_lo, col_hi=sf.col_hi, integrality=sf.integrality)
-    return prog, lp.objective + sf.objective_offset, A.shape[0] - sf.A.shape[0]
-
-
 def plain(sf):
     return dict(c=sf.c, A=sf.A, row_lo=sf.row_lo, row_hi=sf.row_hi, col_lo=sf.col_lo, col_hi=sf.col_hi,
                 integrality=sf.integrality)
@@ -156,10 +84,9 @@ def variants(sf, optimum, best_schedule):
     yield "integer count sum_t R[t,i] per value", "highs", with_count_columns(sf, per_value), SHIPPED, None
     yield "integer count sum_i S[t,i] per stage", "highs", with_count_columns(sf, per_stage), SHIPPED, None
     yield "warm start with an optimal schedule", "highs", plain(sf), SHIPPED, sf.encode(best_schedule)
-    t0 = time.perf_counter()
-    prog, bound, count = with_path_inequalities(sf)
-    yield (f"+ {count} path inequalities (root LP {bound:.2f}; separation {time.perf_counter() - t0:.1f} s, "
-           "not in the time)"), "highs", prog, SHIPPED, None
+    cut, bound, st = _strengthen(sf, "highs", 1, None)   # ilp's rounds (cuts=True)
+    yield (f"+ {st['rows']} path inequalities (root LP {bound:.2f}; separation {st['time_s']:.1f} s, "
+           "not in the time)"), "highs", plain(cut), SHIPPED, None
     yield "row cost <= optimum - 1 (prove infeasible)", "highs", with_cost_cap(sf, optimum - 1), SHIPPED, None
     if "cbc" in available_backends():
         yield "CBC backend", "cbc", plain(sf), None, None
@@ -178,7 +105,7 @@ def main() -> None:
     chosen = INSTANCES[:1] if args.quick else INSTANCES
     if args.instances:
         prefixes = args.instances.split(",")
-        chosen = [i for i in INSTANCES + MORE if any(i[0].startswith(p) for p in prefixes)]
+        chosen = [i for i in ALL_INSTANCES if any(i[0].startswith(p) for p in prefixes)]
     wanted = args.variants.split(",") if args.variants else None
     for label, make, budget in chosen:
         g = make()

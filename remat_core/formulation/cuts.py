@@ -29,17 +29,14 @@ from .standard_form import StandardForm
 __all__ = ["path_inequalities", "with_rows"]
 
 
-def _dense_values(sf: StandardForm, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``(Rcol, Scol, R, S)``: column index (-1: none) and value of every ``R[t, i]`` and ``S[t, i]``."""
+def _columns(sf: StandardForm) -> tuple[np.ndarray, np.ndarray]:
+    """``(Rcol, Scol)``: the column of every ``R[t, i]`` and ``S[t, i]`` (-1: none)."""
     n = sf.graph.n
     Rcol = np.full((n, n), -1, dtype=np.int64)
     Scol = np.full((n, n), -1, dtype=np.int64)
     Rcol[sf.r_t, sf.r_i] = sf.r_col
     Scol[sf.s_t, sf.s_i] = sf.s_col
-    xv = np.append(np.asarray(x, dtype=np.float64), 0.0)   # index -1: a missing column, value 0
-    R, S = xv[Rcol], xv[Scol]
-    R[sf.r_fixed_t, sf.r_fixed_i] = 1.0
-    return Rcol, Scol, R, S
+    return Rcol, Scol
 
 
 def _first_reader_from(graph) -> np.ndarray:
@@ -84,7 +81,8 @@ def path_inequalities(sf: StandardForm, x: np.ndarray, max_cuts: int = 500, tol:
     empty = (sp.csr_array((0, sf.n_cols)), np.zeros(0))
     if n < 2:
         return empty
-    Rcol, Scol, R, S = _dense_values(sf, x)
+    Rcol, Scol = _columns(sf)
+    R, S = sf.fractional(x)
     # W[g, b]: weight of b on a path in stage g: S*[g, b], infinite where b has no S column in stage g
     # (b >= g, or no later stage reads b: such b lies on no path to a value read again)
     W = np.where(Scol >= 0, S, np.inf)

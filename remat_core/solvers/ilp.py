@@ -170,7 +170,7 @@ def _strengthen(sf, backend: str, threads: int | None, time_limit_s: float | Non
     stats["lp_bound_before"] = bound = out.objective + sf.objective_offset
     added = []
     for _ in range(_CUT_ROUNDS):
-        if left() is not None and left() <= 0:
+        if time_limit_s is not None and left() <= 0:
             break
         rows, _viol = path_inequalities(sf, out.x, _CUTS_PER_ROUND)
         if rows.shape[0] == 0:

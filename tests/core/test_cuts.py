@@ -48,8 +48,7 @@ def test_optimal_schedules_satisfy_the_rows_the_lp_point_violates(graph, budget)
 def _brute_force_lhs(sf, x):
     """Per (stage, a, v): the least left-hand side at ``x`` over all paths a -> v, by enumerating paths."""
     g, n = sf.graph, sf.graph.n
-    R, S = np.zeros((n, n)), np.zeros((n, n))
-    R[sf.r_t, sf.r_i], S[sf.s_t, sf.s_i] = x[sf.r_col], x[sf.s_col]
+    R, S = sf.fractional(x)
     has_s = np.zeros((n, n), bool)
     has_s[sf.s_t, sf.s_i] = True
     succ = {i: [int(k) for j, k in g.edges if j == i] for i in range(n)}

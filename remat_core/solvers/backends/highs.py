@@ -195,6 +195,8 @@ class LPSequence:
         rows' slacks basic), usually a few pivots from the new optimum. A
         later :meth:`solve` loads its program afresh.
         """
+        import highspy
+
         if self._h is None:
             raise RuntimeError("add_rows() needs an LP solved by solve() first")
         csr = sp.csr_array(rows)
@@ -204,8 +206,6 @@ class LPSequence:
                                  np.ascontiguousarray(row_hi, np.float64), int(csr.nnz),
                                  csr.indptr[:-1].astype(np.int32), csr.indices.astype(np.int32),
                                  np.ascontiguousarray(csr.data, np.float64))
-        import highspy
-
         if status == highspy.HighsStatus.kError:
             raise SolverError("HiGHS rejected the added rows (addRows returned an error)")
         self._key = None   # the kept model is no longer any program's digest
