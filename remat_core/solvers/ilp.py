@@ -36,6 +36,10 @@ _LP_ROUNDING_TIME_SHARE = 0.5
 #: takes tens of seconds, HiGHS's presolve does not stop at the time limit, and lp-rounding's first LP,
 #: the same one, supplies the bound instead).
 _ROOT_LP_MAX_NODES = 120
+#: Local-search evaluations of lp-rounding as the warm start of a graph of up to ``_ROOT_LP_MAX_NODES``
+#: nodes (its own default is 50000). There the MILP improves the incumbent itself within its root, and
+#: a better warm start did not make it faster (``docs/formulation.rst``): the search time goes to the MILP.
+_WARM_START_POLISH_EVALS = 2000
 #: HiGHS options the strong formulation is solved with unless ``solver_options`` says otherwise:
 #: no strong branching to initialise pseudo-costs (measured in docs/formulation.rst: 2-3x fewer
 #: seconds on the linear graphs, where most of the default's LP iterations went to strong branching).
@@ -96,7 +100,8 @@ class _WarmStart:
 
 def _warm_start(graph: Graph, budget_bytes: int, include_lp_rounding: bool,
                 lp_rounding_time_limit_s: float | None, best: _WarmStart | None = None,
-                heuristics: bool = True, relaxation: tuple | None = None) -> _WarmStart:
+                heuristics: bool = True, relaxation: tuple | None = None,
+                polish_evals: int | None = None) -> _WarmStart:
     from . import available_methods, solve
 
     best = _WarmStart() if best is None else best
@@ -110,6 +115,8 @@ def _warm_start(graph: Graph, budget_bytes: int, include_lp_rounding: bool,
                 options["time_limit_s"] = lp_rounding_time_limit_s
             if relaxation is not None:
                 options["_relaxation"] = relaxation   # the root LP, solved already: not solved twice
+            if polish_evals is not None:
+                options["polish_evals"] = polish_evals
         try:
             res = solve(graph, budget_bytes, method=name, **options)
         except Exception as exc:  # a broken heuristic must not break the exact solver
@@ -250,8 +257,10 @@ def solve_ilp(
     warm_start : bool or Schedule
         ``True``: start from the cheapest schedule of the registered
         heuristics and of ``lp-rounding`` (run last, on every graph, with
-        half of what is left of ``time_limit_s``), so that the result is
-        never worse than theirs. The strong LP relaxation is solved before
+        half of what is left of ``time_limit_s``; on graphs of up to 120
+        nodes with a short local search, :data:`_WARM_START_POLISH_EVALS`
+        evaluations, since the MILP goes on improving it), so that the
+        result is never worse than theirs. The strong LP relaxation is solved before
         lp-rounding: when it proves the best heuristic schedule optimal
         (its bound rounded up when every cost is an integer), that schedule
         is returned as ``OPTIMAL`` and neither lp-rounding nor the MILP runs. A
@@ -342,8 +351,8 @@ def solve_ilp(
             if time_limit_s is not None:
                 share = max(_LP_ROUNDING_TIME_SHARE * (float(time_limit_s) - (time.perf_counter() - start)), 0.05)
             found = _warm_start(graph, budget_bytes, include_lp_rounding=True, lp_rounding_time_limit_s=share,
-                                best=found, heuristics=False,
-                                relaxation=relaxation)
+                                best=found, heuristics=False, relaxation=relaxation,
+                                polish_evals=_WARM_START_POLISH_EVALS if graph.n <= _ROOT_LP_MAX_NODES else None)
             if found.lp_bound is not None:
                 bound_lp = _proven_bound(graph, found.lp_bound)
                 lp_bound = bound_lp if lp_bound is None else max(lp_bound, bound_lp)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import time
 
@@ -17,6 +18,8 @@ from remat_core import (Schedule, SolveStatus, UnknownMethodError, checkpoint_al
 from remat_core.formulation import available_formulations, build_milp
 from remat_core.solvers.backends import BACKENDS, available_backends, solve_arrays
 from remat_core.zoo import linear_graph, random_training_graph
+
+ilp_module = importlib.import_module("remat_core.solvers.ilp")
 
 
 def _backend_param(name):
@@ -114,8 +117,11 @@ def test_never_worse_than_lp_rounding_under_a_time_limit():
     lp = solve(g, budget, method="lp-rounding", time_limit_s=60)
     assert lp.success and (heuristics is None or heuristics > lp.objective)
     res = solve(g, budget, method="ilp", time_limit_s=60)
-    assert res.stats["warm_start_method"] == "lp-rounding" and res.stats["warm_start_cost"] == lp.objective
-    assert res.success and res.objective <= lp.objective
+    # below 120 nodes the warm start's local search is short (the MILP goes on from it)
+    short = solve(g, budget, method="lp-rounding", time_limit_s=60,
+                  polish_evals=ilp_module._WARM_START_POLISH_EVALS)
+    assert res.stats["warm_start_method"] == "lp-rounding" and res.stats["warm_start_cost"] == short.objective
+    assert res.success and res.objective <= min(lp.objective, short.objective)
     # a tiny limit is kept: the warm start is returned if lp-rounding's LP finished within its share,
     # otherwise (a slow or loaded machine) there is honestly no schedule, since no heuristic fits here
     t0 = time.perf_counter()
@@ -286,8 +292,31 @@ def test_the_root_lp_is_solved_once(monkeypatch):
     # one program: the root LP's, reused by lp-rounding, by the path-inequality rounds and by the MILP
     assert [b for b, _, _ in built].count(budget) == 1, built
     assert res.stats["cuts"]["first_lp_warm"]                  # restarted from lp-rounding's last basis
-    alone = solve(g, budget, method="lp-rounding")
+    alone = solve(g, budget, method="lp-rounding", polish_evals=ilp_module._WARM_START_POLISH_EVALS)
     assert alone.objective == res.stats["warm_start_cost"]      # the reused LP rounds to the same schedule
+
+
+@pytest.mark.parametrize("root_lp_max_nodes", [120, 10])
+def test_warm_start_local_search_is_short_when_the_milp_follows(monkeypatch, root_lp_max_nodes):
+    # up to _ROOT_LP_MAX_NODES nodes the MILP improves the incumbent itself: lp-rounding's local search is
+    # cut to _WARM_START_POLISH_EVALS evaluations; above, lp-rounding keeps its own default
+    import remat_core.solvers as solvers
+
+    monkeypatch.setattr(ilp_module, "_ROOT_LP_MAX_NODES", root_lp_max_nodes)
+    g, budget = random_training_graph(5, 2, seed=1), 39    # 19 nodes; no heuristic fits
+    seen = []
+    real = solvers.solve
+
+    def spying(graph, budget_bytes, method="ilp", **options):
+        if method == "lp-rounding":
+            seen.append(options.get("polish_evals"))
+        return real(graph, budget_bytes, method=method, **options)
+
+    monkeypatch.setattr(solvers, "solve", spying)
+    res = real(g, budget, method="ilp")
+    assert res.status is SolveStatus.OPTIMAL and res.objective == 122
+    assert res.stats["warm_start_method"] == "lp-rounding"
+    assert seen == [ilp_module._WARM_START_POLISH_EVALS if root_lp_max_nodes >= g.n else None]
 
 
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
