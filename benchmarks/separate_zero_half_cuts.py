@@ -38,7 +38,7 @@ from _report import command_line, machine_line, save_json, table, write_section 
 from remat_core import solve  # noqa: E402
 from remat_core.formulation import build_milp  # noqa: E402
 from remat_core.formulation._rows import scaled_memory  # noqa: E402
-from remat_core.formulation.cuts import with_rows  # noqa: E402
+from remat_core.formulation.cuts import _columns, with_rows  # noqa: E402
 from remat_core.solvers.backends import solve_arrays  # noqa: E402
 from remat_core.solvers.ilp import _strengthen  # noqa: E402
 from remat_core.zoo import linear_graph  # noqa: E402
@@ -48,14 +48,14 @@ def knapsack_rows(sf):
     """Per stage ``t``: ``sum m_i S[t+1, i] <= cap - m_t - ws_t - m(inputs of t)`` over the other values ``i < t``."""
     g = sf.graph
     _, m, ws, cap = scaled_memory(g, sf.budget_bytes, sf.memory_unit)
-    scol = {(int(t), int(i)): int(c) for t, i, c in zip(sf.s_t, sf.s_i, sf.s_col)}
+    _, scol = _columns(sf)
     inputs = [set() for _ in range(g.n)]
     for i, k in g.edges:
         inputs[int(k)].add(int(i))
     rr, cc, vv, hi = [], [], [], []
     for t in range(g.n - 1):
         free = cap - m[t] - ws[t] - sum(m[i] for i in inputs[t])
-        values = [i for i in range(t) if i not in inputs[t] and (t + 1, i) in scol]
+        values = [i for i in range(t) if i not in inputs[t] and scol[t + 1, i] >= 0]
         if values and sum(m[i] for i in values) > free + 1e-9:   # else the row can never bind
             rr += [len(hi)] * len(values)
             cc += [scol[t + 1, i] for i in values]
