@@ -51,6 +51,11 @@ _CUT_ROUNDS, _CUTS_PER_ROUND = 30, 500
 #: Share of what is left of ``time_limit_s`` that the separation rounds may use.
 _CUT_TIME_SHARE = 0.25
 
+#: Values of ``solve_ilp``'s ``search``.
+_SEARCHES = ("milp", "branch-and-cut")
+#: What ``solver_options`` may hold with ``search="branch-and-cut"``.
+_BRANCH_AND_CUT_OPTIONS = ("node_limit", "cut_rounds", "cuts_per_round")
+
 
 def _check_options(time_limit_s: Any, mip_rel_gap: Any, threads: Any) -> None:
     from . import validate_time_limit
@@ -234,6 +239,7 @@ def solve_ilp(
     warm_start: bool | Schedule = True,
     solver_options: dict[str, Any] | None = None,
     cuts: bool = True,
+    search: str = "milp",
 ) -> RematResult:
     """Solve the rematerialization MILP.
 
@@ -276,6 +282,19 @@ def solve_ilp(
         (:mod:`remat_core.formulation.cuts`), separated in rounds at the root
         with up to a quarter of what is left of ``time_limit_s``, before the
         MILP starts. Their LP bound alone may prove the warm start optimal.
+    search : {"milp", "branch-and-cut"}
+        ``"milp"``: the backend's MILP solver. ``"branch-and-cut"``: our own
+        search (:func:`remat_core.solvers.branch_and_cut.branch_and_cut`,
+        HiGHS for the LPs, strong formulation only), which separates the path
+        inequalities at every node rather than at the root only and skips a
+        general solver's root work; it proves chains of equal-size layers
+        several times faster, and is slower where the memory rows mix sizes
+        (``benchmarks/README.md``, section *ilp*). ``solver_options`` then
+        takes its ``node_limit``, ``cut_rounds`` and ``cuts_per_round``.
+        It starts from the warm start; without one (``warm_start=False``, or
+        no heuristic schedule fits) the MILP solver runs instead, since it
+        proves infeasible budgets by propagation that this search lacks
+        (``stats["search"]`` says which ran).
 
     Returns
     -------
@@ -307,6 +326,16 @@ def solve_ilp(
     from .backends import get_backend
 
     _check_options(time_limit_s, mip_rel_gap, threads)
+    if search not in _SEARCHES:
+        raise ValueError(f"`search` must be one of {list(_SEARCHES)}; got {search!r}")
+    if search == "branch-and-cut":
+        if backend != "highs" or formulation != "strong":
+            raise ValueError("`search='branch-and-cut'` needs backend='highs' and formulation='strong'; "
+                             f"got backend={backend!r}, formulation={formulation!r}")
+        bad = set(solver_options or {}) - set(_BRANCH_AND_CUT_OPTIONS)
+        if bad:
+            raise ValueError(f"`solver_options` has entries {sorted(bad)} that branch-and-cut does not take; "
+                             f"it takes {list(_BRANCH_AND_CUT_OPTIONS)}")
     if not isinstance(cuts, (bool, np.bool_)):
         raise TypeError(f"`cuts` must be True or False; got {cuts!r}")
     if not isinstance(formulation, str):
@@ -319,7 +348,7 @@ def solve_ilp(
     solve_fn = get_backend(backend)
     start = time.perf_counter()
     base_cost = float(graph.cost.sum())
-    stats: dict[str, Any] = {"backend": backend, "formulation": formulation}
+    stats: dict[str, Any] = {"backend": backend, "formulation": formulation, "search": search}
 
     relaxation = None   # (program, LP result, LP sequence) of the strong root LP, once solved
     trivial = trivial_result(graph, budget_bytes, backend, stats)
@@ -417,12 +446,27 @@ def solve_ilp(
         limit = max(float(time_limit_s) - (time.perf_counter() - start), 0.05)
     t0 = time.perf_counter()
     options = dict(solver_options or {})
-    if backend == "highs" and formulation == "strong":
-        options = {**_HIGHS_STRONG_DEFAULTS, **options}
-    stats["solver_options"] = options
-    out = solve_fn(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, sf.integrality,
-                   time_limit_s=limit, mip_rel_gap=mip_rel_gap, threads=threads, verbose=verbose, start=x0,
-                   options=options or None)
+    if search == "branch-and-cut" and x0 is None:
+        # without a schedule nothing is cut off until a dive finds one, and a program whose LP is feasible
+        # but that has no schedule would be enumerated: the MILP solver proves that by propagation
+        log.info("ilp: no schedule to start branch-and-cut from; the MILP solver runs instead")
+        stats["search"] = "milp (no schedule to start branch-and-cut from)"
+        options = {}
+    if search == "branch-and-cut" and x0 is not None:
+        from .branch_and_cut import branch_and_cut
+
+        stats["solver_options"] = options
+        out = branch_and_cut(sf, start=x0, time_limit_s=limit, mip_rel_gap=mip_rel_gap, threads=threads,
+                             verbose=verbose, **options)
+        stats["branch_and_cut"] = {k: v for k, v in out.stats.items()
+                                   if k in ("lp_solves", "cut_rows", "fixed_by_reduced_cost", "rejected_points")}
+    else:
+        if backend == "highs" and formulation == "strong":
+            options = {**_HIGHS_STRONG_DEFAULTS, **options}
+        stats["solver_options"] = options
+        out = solve_fn(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, sf.integrality,
+                       time_limit_s=limit, mip_rel_gap=mip_rel_gap, threads=threads, verbose=verbose, start=x0,
+                       options=options or None)
     stats["solve_time_s"] = time.perf_counter() - t0
     stats.update({k: v for k, v in out.stats.items() if k in ("backend_status", "nodes", "gap")})
     bound = None if out.bound is None else max(out.bound + sf.objective_offset, base_cost)

@@ -1,0 +1,315 @@
+"""Branch-and-cut over the strong formulation, with the path inequalities separated at every node.
+
+A general MILP solver only sees the rows it is given: the path inequalities
+(:mod:`remat_core.formulation.cuts`) that ``ilp`` separates at the root LP are
+all it ever gets, although branching makes new ones violated deeper in the
+tree. This search solves the LP relaxation with HiGHS (from the last basis),
+separates path inequalities at every node (they are valid for every schedule,
+so they stay in the LP for the rest of the search), fixes binaries by reduced
+cost against the incumbent, and branches on the keep decisions ``S`` (the
+recomputations follow from them), earliest stage first, depth first.
+
+It spends no time on a general solver's root work (its own cut loop, sub-MIP
+heuristics), which on chains is most of HiGHS's time; where those cuts matter
+(memory rows with unequal sizes), HiGHS's MILP proves optimality in fewer
+nodes. ``benchmarks/bench_ilp.py`` measures both.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import SolverError
+from ..formulation.standard_form import StandardForm
+from ..schedule import SolveStatus
+from .backends import BackendResult
+
+__all__ = ["branch_and_cut"]
+
+log = logging.getLogger("remat_core.ilp")
+
+_INT_TOL = 1e-6      # a binary within this of 0 or 1 is integral
+_PREFER_FRAC = 0.1   # branch on the earliest S at least this fractional (any fractional S if none)
+_LOG_EVERY_S = 5.0   # progress line interval
+
+
+@dataclass
+class _Node:
+    fixings: list[tuple[int, float]]   # (column, value) on the way from the root, branching and reduced cost
+    parent_bound: float                 # LP bound of the parent (a lower bound for the subtree)
+    depth: int = 0
+
+
+@dataclass
+class _Search:
+    incumbent: float = np.inf           # objective (without offset) of the best schedule
+    x: np.ndarray | None = None
+    nodes: int = 0
+    lp_solves: int = 0
+    cut_rows: int = 0
+    fixed: int = 0
+    rejected: int = 0                   # integral LP points the schedule check refused (tolerance)
+    stats: dict = field(default_factory=dict)
+
+
+def _integral_costs(sf: StandardForm) -> bool:
+    c = sf.c
+    cont = sf.integrality == 0
+    return bool(np.all(c == np.round(c)) and np.all(c[cont] == 0)
+                and float(sf.objective_offset) == round(float(sf.objective_offset)))
+
+
+def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_limit_s: float | None = None,
+                   mip_rel_gap: float | None = 1e-4, threads: int | None = None, verbose: bool = False,
+                   node_limit: int | None = None, cut_rounds: int = 5, cuts_per_round: int = 200,
+                   ) -> BackendResult:
+    """Solve the strong program ``sf`` by branch-and-cut (see the module docstring).
+
+    Parameters
+    ----------
+    sf : StandardForm
+        A ``"strong"`` program (path inequalities already added are kept).
+    start : numpy.ndarray, optional
+        A feasible point (for example ``sf.encode(schedule)``): the first incumbent.
+        Without one nothing is cut off until a dive reaches a schedule, and a
+        program whose LP is feasible but that holds no schedule is enumerated
+        node by node (``solve_ilp`` therefore runs the MILP solver when it has
+        no schedule to start from).
+    time_limit_s : float, optional
+        Wall-clock limit.
+    mip_rel_gap : float, optional
+        Stop when the incumbent is within this relative gap of the bound
+        (costs included in ``sf.objective_offset`` count). With integer costs
+        a subtree is also cut off once its bound, rounded up, reaches the incumbent.
+    threads : int, optional
+        HiGHS threads for the LPs.
+    verbose : bool
+        Log progress at INFO level every few seconds (otherwise at DEBUG).
+    node_limit : int, optional
+        Stop after this many nodes.
+    cut_rounds, cuts_per_round : int
+        Separation rounds per node and rows per round.
+
+    Returns
+    -------
+    BackendResult
+        As a MILP backend's: ``objective`` and ``bound`` without ``sf.objective_offset``;
+        ``stats`` holds ``nodes``, ``lp_solves``, ``cut_rows``, ``fixed_by_reduced_cost``,
+        ``backend_status``, ``gap`` and ``time_s``.
+    """
+    import highspy
+
+    from ..formulation.cuts import path_inequalities
+    from ..simulate import simulate
+
+    if sf.formulation != "strong":
+        raise ValueError(f"branch-and-cut runs on the 'strong' formulation; got {sf.formulation!r}")
+    for name, value in (("cut_rounds", cut_rounds), ("cuts_per_round", cuts_per_round)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < (0 if name == "cut_rounds" else 1):
+            raise ValueError(f"`{name}` must be a {'non-negative' if name == 'cut_rounds' else 'positive'} "
+                             f"integer; got {value!r}")
+    if node_limit is not None and (isinstance(node_limit, bool) or not isinstance(node_limit, (int, np.integer))
+                                   or node_limit < 1):
+        raise ValueError(f"`node_limit` must be a positive integer or None; got {node_limit!r}")
+    t_start = time.perf_counter()
+    deadline = None if time_limit_s is None else t_start + float(time_limit_s)
+    off = float(sf.objective_offset)
+    rel = 0.0 if mip_rel_gap is None else float(mip_rel_gap)
+    integral = _integral_costs(sf)
+    graph, budget = sf.graph, sf.budget_bytes
+    lo0, hi0 = sf.col_lo.astype(np.float64), sf.col_hi.astype(np.float64)
+    binaries = np.flatnonzero(sf.integrality)
+    s_cols, s_stage = np.asarray(sf.s_col), np.asarray(sf.s_t)
+
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    if threads is not None:
+        h.setOptionValue("threads", int(threads))
+    csc = sp.csc_array(sf.A)
+    status = h.passModel(
+        sf.n_cols, csc.shape[0], int(csc.nnz), 1, 1, 0.0,
+        np.ascontiguousarray(sf.c, np.float64), lo0, hi0,
+        np.ascontiguousarray(sf.row_lo, np.float64), np.ascontiguousarray(sf.row_hi, np.float64),
+        csc.indptr.astype(np.int32), csc.indices.astype(np.int32), np.ascontiguousarray(csc.data, np.float64),
+        np.zeros(sf.n_cols, np.int32))
+    if status == highspy.HighsStatus.kError:
+        raise SolverError("HiGHS rejected the LP relaxation (passModel returned an error)")
+
+    run = _Search()
+
+    def cutoff() -> float:
+        """A node whose LP bound exceeds this cannot hold a schedule cheaper than the incumbent (beyond the gap)."""
+        if not np.isfinite(run.incumbent):
+            return np.inf
+        by_gap = run.incumbent - rel * max(abs(run.incumbent + off), 1.0)
+        return min(by_gap, run.incumbent - 1.0 + 1e-6) if integral else by_gap
+
+    def offer(x: np.ndarray) -> None:
+        """An integral LP point: decode, simulate, keep it if it fits and is cheaper."""
+        xr = x.copy()
+        xr[binaries] = np.round(xr[binaries])
+        sched = sf.decode(xr)
+        sim = simulate(graph, sched, timeline=False)
+        if sim.peak_memory_bytes > budget:
+            run.rejected += 1
+            return
+        value = float(sim.total_cost) - off
+        if value < run.incumbent - 1e-9:
+            run.incumbent, run.x = value, sf.encode(sched)
+            log.debug("branch-and-cut: schedule of cost %g at node %d", value + off, run.nodes)
+
+    if start is not None:
+        start = np.asarray(start, dtype=np.float64)
+        if start.shape != (sf.n_cols,):
+            raise ValueError(f"`start` must have one value per column ({sf.n_cols}); got shape {start.shape}")
+        offer(start)
+
+    def solve_lp() -> tuple[str, float | None, np.ndarray | None]:
+        if deadline is not None:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                return "time", None, None
+            h.setOptionValue("time_limit", left)
+        h.run()
+        run.lp_solves += 1
+        ms = h.getModelStatus()
+        if ms == highspy.HighsModelStatus.kOptimal:
+            return "ok", float(h.getInfo().objective_function_value), np.asarray(h.getSolution().col_value)
+        if ms == highspy.HighsModelStatus.kInfeasible:
+            return "infeasible", None, None
+        if ms in (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kIterationLimit):
+            return "time", None, None
+        raise SolverError(f"HiGHS failed on a node LP: {h.modelStatusToString(ms)}")
+
+    changed: set[int] = set()   # columns whose bounds differ from lo0/hi0 in the LP now
+
+    def apply(fixings: list[tuple[int, float]]) -> None:
+        target = dict(fixings)
+        reset = [j for j in changed if j not in target]
+        if reset:
+            idx = np.array(reset, dtype=np.int32)
+            h.changeColsBounds(len(idx), idx, lo0[idx], hi0[idx])
+        if target:
+            idx = np.fromiter(target.keys(), dtype=np.int32, count=len(target))
+            val = np.fromiter(target.values(), dtype=np.float64, count=len(target))
+            h.changeColsBounds(len(idx), idx, val, val)
+        changed.clear()
+        changed.update(target.keys())
+
+    def branch_column(x: np.ndarray) -> int | None:
+        """The earliest-stage S at least ``_PREFER_FRAC`` fractional (the most fractional among those),
+        else any fractional S, else the most fractional binary; None when the binaries are integral."""
+        xs = x[s_cols]
+        frac = np.minimum(xs - np.floor(xs), np.ceil(xs) - xs)
+        for tol in (_PREFER_FRAC, _INT_TOL):
+            cand = np.flatnonzero(frac > tol)
+            if len(cand):
+                return int(s_cols[cand[np.lexsort((-frac[cand], s_stage[cand]))[0]]])
+        xb = x[binaries]
+        fb = np.minimum(xb - np.floor(xb), np.ceil(xb) - xb)
+        if fb.max(initial=0.0) > _INT_TOL:
+            return int(binaries[int(np.argmax(fb))])
+        return None
+
+    stack = [_Node(fixings=[], parent_bound=-np.inf)]
+    stopped = None          # why the search stopped early, if it did
+    last_log = t_start
+    while stack:
+        if node_limit is not None and run.nodes >= node_limit:
+            stopped = "node limit"
+            break
+        node = stack.pop()
+        if node.parent_bound > cutoff():
+            continue
+        run.nodes += 1
+        apply(node.fixings)
+        state, bound, x = solve_lp()
+        if state == "time":
+            stack.append(node)
+            stopped = "time limit"
+            break
+        if state == "infeasible":
+            continue
+        for _ in range(cut_rounds):
+            if bound > cutoff():
+                break
+            rows, _viol = path_inequalities(sf, x, cuts_per_round)
+            if rows.shape[0] == 0:
+                break
+            rows = sp.csr_array(rows)
+            h.addRows(rows.shape[0], np.ones(rows.shape[0]), np.full(rows.shape[0], highspy.kHighsInf),
+                      int(rows.nnz), rows.indptr.astype(np.int32), rows.indices.astype(np.int32),
+                      np.ascontiguousarray(rows.data, np.float64))
+            run.cut_rows += rows.shape[0]
+            state, new_bound, new_x = solve_lp()
+            if state != "ok":
+                break   # rows are valid: the node keeps its last bound; a "time" state stops at the next LP
+            bound, x = max(bound, new_bound), new_x
+        if bound > cutoff():
+            continue
+        j = branch_column(x)
+        if j is None:
+            offer(x)
+            continue
+        # reduced-cost fixing for this subtree: moving a binary off its bound costs at least |d|
+        fix = list(node.fixings)
+        slack = cutoff() - bound
+        if np.isfinite(slack):
+            d = np.asarray(h.getSolution().col_dual)
+            xb, db = x[binaries], d[binaries]
+            free = (lo0[binaries] != hi0[binaries])
+            have = {col for col, _v in fix}
+            at0 = binaries[free & (xb < _INT_TOL) & (db > slack)]
+            at1 = binaries[free & (xb > 1 - _INT_TOL) & (-db > slack)]
+            new = [(int(c), 0.0) for c in at0 if int(c) not in have] + \
+                  [(int(c), 1.0) for c in at1 if int(c) not in have]
+            run.fixed += len(new)
+            fix += new
+        near = 1.0 if x[j] >= 0.5 else 0.0
+        for val in (1.0 - near, near):   # the child nearer the LP value is searched first
+            stack.append(_Node(fixings=fix + [(j, val)], parent_bound=bound, depth=node.depth + 1))
+        now = time.perf_counter()
+        if now - last_log >= _LOG_EVERY_S:
+            last_log = now
+            lb = min([n.parent_bound for n in stack], default=bound)
+            log.log(logging.INFO if verbose else logging.DEBUG,
+                    "branch-and-cut: %d nodes, %d open, incumbent %s, bound %.4g, %d cut rows, %.1f s",
+                    run.nodes, len(stack), "-" if run.x is None else f"{run.incumbent + off:.6g}",
+                    lb + off, run.cut_rows, now - t_start)
+
+    elapsed = time.perf_counter() - t_start
+    have = run.x is not None
+    if stopped is None:
+        if run.rejected and not have:
+            stopped = "integral points refused by the schedule check"
+        elif not have:
+            return BackendResult(status=SolveStatus.INFEASIBLE, stats=_stats(run, "infeasible", elapsed, None))
+    if stopped is None:
+        # every subtree was cut off: its bound exceeded the cutoff, which with integer costs
+        # below the incumbent by less than one unit proves the incumbent itself
+        by_gap = run.incumbent - rel * max(abs(run.incumbent + off), 1.0)
+        bound = run.incumbent if integral and run.incumbent - 1.0 + 1e-6 <= by_gap else by_gap
+        status = SolveStatus.OPTIMAL
+        word = "optimal"
+    else:
+        bound = min([n.parent_bound for n in stack], default=np.inf)
+        bound = None if not np.isfinite(bound) else min(bound, run.incumbent)
+        status = SolveStatus.FEASIBLE if have else SolveStatus.NO_SOLUTION
+        word = stopped
+    gap = None
+    if have and bound is not None:
+        total = run.incumbent + off
+        gap = max(total - (bound + off), 0.0) / max(abs(total), 1e-12)
+    return BackendResult(status=status, x=run.x, objective=run.incumbent if have else None, bound=bound,
+                         stats=_stats(run, word, elapsed, gap))
+
+
+def _stats(run: _Search, word: str, elapsed: float, gap: float | None) -> dict:
+    return {"backend_status": f"branch-and-cut: {word}", "nodes": run.nodes, "lp_solves": run.lp_solves,
+            "cut_rows": run.cut_rows, "fixed_by_reduced_cost": run.fixed, "rejected_points": run.rejected,
+            "gap": gap, "time_s": elapsed}

@@ -1,0 +1,166 @@
+"""``search="branch-and-cut"``: our own search over the strong formulation proves the MILP's optima."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+from canonical import CASES, graph
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from remat_core import SolveStatus, checkpoint_all_peak_bytes, simulate, solve
+from remat_core.formulation import build_milp
+from remat_core.solvers.branch_and_cut import branch_and_cut
+from remat_core.zoo import linear_graph, random_training_graph
+
+ilp_module = importlib.import_module("remat_core.solvers.ilp")
+
+
+def test_canonical_optima():
+    """The exhaustive-search optimum of every canonical case: through ``solve`` (from the warm start)
+    and by the search alone from nothing."""
+    for case in CASES:
+        g = graph(case.graph)
+        res = solve(g, case.budget_bytes, method="ilp", search="branch-and-cut")
+        if case.optimum is None:
+            assert res.status is SolveStatus.INFEASIBLE, case
+            continue
+        assert res.status is SolveStatus.OPTIMAL, (case, res)
+        assert res.objective == pytest.approx(case.optimum), case
+        assert res.lower_bound == pytest.approx(case.optimum, rel=1e-4)
+        assert res.peak_memory_bytes <= case.budget_bytes
+        sf = build_milp(g, case.budget_bytes, "strong")
+        out = branch_and_cut(sf)
+        assert out.status is SolveStatus.OPTIMAL, (case, out.stats)
+        assert out.objective + sf.objective_offset == pytest.approx(case.optimum), case
+        assert simulate(g, sf.decode(out.x)).peak_memory_bytes <= case.budget_bytes
+
+
+def test_without_a_schedule_to_start_from_the_milp_runs():
+    """A budget whose LP is feasible but that holds no schedule: the MILP solver proves it."""
+    base = random_training_graph(4, 2, seed=5)
+    g = base.replace(cost=base.cost * 1.37 + 0.11)
+    budget = (2 * g.min_budget_lower_bound_bytes() + checkpoint_all_peak_bytes(g)) // 3
+    res = solve(g, budget, method="ilp", search="branch-and-cut")
+    assert res.status is SolveStatus.INFEASIBLE
+    assert res.stats["search"].startswith("milp")
+    with_start = solve(linear_graph(8), 4, method="ilp", search="branch-and-cut")
+    assert with_start.stats["search"] == "branch-and-cut"
+    assert with_start.stats["backend_status"].startswith("branch-and-cut")
+
+
+_small = st.builds(lambda layers, seed: random_training_graph(layers, 2, seed=seed),
+                   st.integers(2, 4), st.integers(0, 10_000))
+
+
+@settings(max_examples=10, deadline=None)
+@given(g=_small, frac=st.floats(0.0, 0.6))
+def test_same_optimum_as_the_milp(g, frac):
+    lo, hi = g.min_budget_lower_bound_bytes(), checkpoint_all_peak_bytes(g)
+    budget = int(lo + frac * (hi - lo))
+    milp = solve(g, budget, method="ilp", warm_start=False)
+    ours = solve(g, budget, method="ilp", search="branch-and-cut")
+    assert ours.status is milp.status
+    if milp.success:
+        assert ours.objective == pytest.approx(milp.objective)
+        assert simulate(g, ours.schedule).peak_memory_bytes <= budget
+
+
+def test_fractional_costs_within_the_gap():
+    """Costs that are not integers: no rounding of the bound; the optimum agrees with the MILP's."""
+    base = random_training_graph(4, 2, seed=5)
+    g = base.replace(cost=base.cost * 1.37 + 0.11)
+    budget = (g.min_budget_lower_bound_bytes() + 2 * checkpoint_all_peak_bytes(g)) // 3
+    milp = solve(g, budget, method="ilp", warm_start=False, mip_rel_gap=1e-6)
+    ours = solve(g, budget, method="ilp", search="branch-and-cut", mip_rel_gap=1e-6)
+    assert milp.status is ours.status is SolveStatus.OPTIMAL
+    assert ours.stats["backend_status"].startswith("branch-and-cut")
+    assert ours.objective == pytest.approx(milp.objective, rel=2e-6)
+    assert milp.objective * (1 - 1e-6) - 1e-9 <= ours.lower_bound <= ours.objective + 1e-9
+
+
+def test_a_loose_gap_stops_early_and_says_so():
+    g, budget = linear_graph(10), 5
+    exact = solve(g, budget, method="ilp", search="branch-and-cut")
+    loose = solve(g, budget, method="ilp", search="branch-and-cut", mip_rel_gap=0.3, cuts=False)
+    assert exact.status is loose.status is SolveStatus.OPTIMAL
+    assert loose.objective * (1 - 0.3) <= exact.objective + 1e-9
+    assert loose.lower_bound <= exact.objective + 1e-9
+
+
+def test_path_inequalities_are_separated_below_the_root():
+    """From the plain strong program (no root rounds), the search itself adds rows; off, it adds none."""
+    g = linear_graph(8)
+    sf = build_milp(g, 4, "strong")
+    on = branch_and_cut(sf)
+    off = branch_and_cut(sf, cut_rounds=0)
+    assert on.status is off.status is SolveStatus.OPTIMAL
+    assert on.objective + sf.objective_offset == off.objective + sf.objective_offset == 26
+    assert on.stats["cut_rows"] > 0 and off.stats["cut_rows"] == 0
+    assert on.stats["nodes"] < off.stats["nodes"]
+
+
+def test_infeasible_program_is_a_status():
+    g = graph("fanout6")
+    sf = build_milp(g, g.min_budget_lower_bound_bytes() - 1, "strong")
+    out = branch_and_cut(sf)
+    assert out.status is SolveStatus.INFEASIBLE and out.x is None
+
+
+@pytest.fixture(scope="module")
+def chain12():
+    """linear(12) at 5 units, strengthened as ``ilp`` does: the root LP does not prove the heuristic
+    schedule, so the search takes tens of nodes. ``(program, start, its cost, optimum)``."""
+    g, budget = linear_graph(12), 5
+    sf = ilp_module._strengthen(build_milp(g, budget, "strong"), "highs", 1, None)[0]
+    start, _method, start_cost = ilp_module.warm_start_schedule(g, budget, include_lp_rounding=False)
+    full = branch_and_cut(sf, start=sf.encode(start))
+    assert full.status is SolveStatus.OPTIMAL and full.stats["nodes"] > 3
+    return sf, start, start_cost, full.objective + sf.objective_offset
+
+
+@pytest.mark.parametrize("limit", [{"node_limit": 3}, {"time_limit_s": 0.3}])
+def test_a_limit_returns_the_incumbent_and_a_valid_bound(chain12, limit):
+    sf, start, start_cost, optimum = chain12
+    out = branch_and_cut(sf, start=sf.encode(start), **limit)
+    assert out.status is SolveStatus.FEASIBLE, out.stats
+    assert "limit" in out.stats["backend_status"]
+    assert out.objective + sf.objective_offset <= start_cost + 1e-9
+    assert out.bound is not None and out.bound + sf.objective_offset <= optimum + 1e-6
+    without = branch_and_cut(sf, node_limit=1)
+    assert without.status in (SolveStatus.FEASIBLE, SolveStatus.NO_SOLUTION)
+
+
+def test_a_given_optimal_start_is_proven_not_replaced():
+    g, budget = linear_graph(8), 4
+    found = solve(g, budget, method="ilp")
+    sf = build_milp(g, budget, "strong")
+    out = branch_and_cut(sf, start=sf.encode(found.schedule))
+    assert out.status is SolveStatus.OPTIMAL
+    assert out.objective + sf.objective_offset == pytest.approx(found.objective)
+    np.testing.assert_allclose(simulate(g, sf.decode(out.x)).total_cost, found.objective)
+
+
+def test_options_are_validated():
+    g = linear_graph(4)
+    with pytest.raises(ValueError, match="`search`"):
+        solve(g, 4, method="ilp", search="bogus")
+    with pytest.raises(ValueError, match="backend='highs' and formulation='strong'"):
+        solve(g, 4, method="ilp", search="branch-and-cut", formulation="paper")
+    with pytest.raises(ValueError, match="backend='highs' and formulation='strong'"):
+        solve(g, 4, method="ilp", search="branch-and-cut", backend="cbc")
+    with pytest.raises(ValueError, match="`solver_options`"):
+        solve(g, 4, method="ilp", search="branch-and-cut", solver_options={"mip_heuristic_effort": 0.0})
+    sf = build_milp(g, 4, "strong")
+    with pytest.raises(ValueError, match="strong"):
+        branch_and_cut(build_milp(g, 4, "paper"))
+    for name, bad in (("cut_rounds", -1), ("cuts_per_round", 0), ("node_limit", 0), ("node_limit", True)):
+        with pytest.raises(ValueError, match=f"`{name}`"):
+            branch_and_cut(sf, **{name: bad})
+    with pytest.raises(ValueError, match="`start`"):
+        branch_and_cut(sf, start=np.zeros(3))
+    res = solve(linear_graph(8), 4, method="ilp", search="branch-and-cut",
+                solver_options={"node_limit": 50, "cut_rounds": 2})
+    assert res.status is SolveStatus.OPTIMAL and res.stats["solver_options"] == {"node_limit": 50, "cut_rounds": 2}
