@@ -109,10 +109,9 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
 
     if sf.formulation != "strong":
         raise ValueError(f"branch-and-cut runs on the 'strong' formulation; got {sf.formulation!r}")
-    for name, value in (("cut_rounds", cut_rounds), ("cuts_per_round", cuts_per_round)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < (0 if name == "cut_rounds" else 1):
-            raise ValueError(f"`{name}` must be a {'non-negative' if name == 'cut_rounds' else 'positive'} "
-                             f"integer; got {value!r}")
+    for name, value, least in (("cut_rounds", cut_rounds, 0), ("cuts_per_round", cuts_per_round, 1)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+            raise ValueError(f"`{name}` must be an integer >= {least}; got {value!r}")
     if node_limit is not None and (isinstance(node_limit, bool) or not isinstance(node_limit, (int, np.integer))
                                    or node_limit < 1):
         raise ValueError(f"`node_limit` must be a positive integer or None; got {node_limit!r}")
