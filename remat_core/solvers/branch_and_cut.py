@@ -54,6 +54,7 @@ class _Search:
     cut_rows: int = 0
     fixed: int = 0
     rejected: int = 0                   # integral LP points the schedule check refused (tolerance)
+    dropped_bound: float = np.inf       # least LP bound of a node dropped for such a point (not proven)
     stats: dict = field(default_factory=dict)
 
 
@@ -148,19 +149,20 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
         by_gap = run.incumbent - rel * max(abs(run.incumbent + off), 1.0)
         return min(by_gap, run.incumbent - 1.0 + 1e-6) if integral else by_gap
 
-    def offer(x: np.ndarray) -> None:
-        """An integral LP point: decode, simulate, keep it if it fits and is cheaper."""
+    def offer(x: np.ndarray) -> bool:
+        """An integral point: decode, simulate, keep it if it fits and is cheaper. False: it does not fit."""
         xr = x.copy()
         xr[binaries] = np.round(xr[binaries])
         sched = sf.decode(xr)
         sim = simulate(graph, sched, timeline=False)
         if sim.peak_memory_bytes > budget:
             run.rejected += 1
-            return
+            return False
         value = float(sim.total_cost) - off
         if value < run.incumbent - 1e-9:
             run.incumbent, run.x = value, sf.encode(sched)
             log.debug("branch-and-cut: schedule of cost %g at node %d", value + off, run.nodes)
+        return True
 
     if start is not None:
         start = np.asarray(start, dtype=np.float64)
@@ -253,7 +255,8 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
             continue
         j = branch_column(x)
         if j is None:
-            offer(x)
+            if not offer(x):   # within the LP's tolerance only: the subtree is not searched, so not proven
+                run.dropped_bound = min(run.dropped_bound, bound)
             continue
         # reduced-cost fixing for this subtree: moving a binary off its bound costs at least |d|
         fix = list(node.fixings)
@@ -283,12 +286,12 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
 
     elapsed = time.perf_counter() - t_start
     have = run.x is not None
-    if stopped is None:
-        if run.rejected and not have:
-            stopped = "integral points refused by the schedule check"
-        elif not have:
+    dropped = run.dropped_bound <= cutoff()   # a dropped subtree may hold a cheaper schedule
+    if stopped is None and not have:
+        if not np.isfinite(run.dropped_bound):
             return BackendResult(status=SolveStatus.INFEASIBLE, stats=_stats(run, "infeasible", elapsed, None))
-    if stopped is None:
+        stopped = "integral points refused by the schedule check"
+    if stopped is None and not dropped:
         # every subtree was cut off: its bound exceeded the cutoff, which with integer costs
         # below the incumbent by less than one unit proves the incumbent itself
         by_gap = run.incumbent - rel * max(abs(run.incumbent + off), 1.0)
@@ -296,8 +299,9 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
         status = SolveStatus.OPTIMAL
         word = "optimal"
     else:
-        bound = min([n.parent_bound for n in stack], default=np.inf)
+        bound = min([n.parent_bound for n in stack] + [run.dropped_bound], default=np.inf)
         bound = None if not np.isfinite(bound) else min(bound, run.incumbent)
+        stopped = stopped or "integral points refused by the schedule check"
         status = SolveStatus.FEASIBLE if have else SolveStatus.NO_SOLUTION
         word = stopped
     gap = None

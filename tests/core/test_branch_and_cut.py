@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 
 import numpy as np
@@ -164,3 +165,24 @@ def test_options_are_validated():
     res = solve(linear_graph(8), 4, method="ilp", search="branch-and-cut",
                 solver_options={"node_limit": 50, "cut_rounds": 2})
     assert res.status is SolveStatus.OPTIMAL and res.stats["solver_options"] == {"node_limit": 50, "cut_rounds": 2}
+
+
+def test_a_point_the_schedule_check_refuses_is_not_proven(monkeypatch):
+    """If simulation refused an integral LP point (the LP's tolerance), its subtree is dropped unsearched:
+    the search must not claim a proof, and its bound must cover the dropped subtree."""
+    g = linear_graph(8)
+    start = solve(g, 4, method="rotor")          # a schedule costing 44; the optimum is 26
+    sim_module = importlib.import_module("remat_core.simulate")
+    real = sim_module.simulate
+
+    def refuse_the_optima(graph, schedule, **kw):
+        out = real(graph, schedule, **kw)
+        return dataclasses.replace(out, peak_memory_bytes=10**9) if out.total_cost <= 26 + 1e-9 else out
+
+    monkeypatch.setattr(sim_module, "simulate", refuse_the_optima)
+    sf = build_milp(g, 4, "strong")
+    out = branch_and_cut(sf, start=sf.encode(start.schedule))
+    assert out.status is SolveStatus.FEASIBLE, out.stats
+    assert "refused" in out.stats["backend_status"] and out.stats["rejected_points"] >= 1
+    assert 26 < out.objective + sf.objective_offset <= start.objective
+    assert out.bound is not None and out.bound + sf.objective_offset <= 26 + 1e-9
