@@ -175,7 +175,7 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
             left = deadline - time.perf_counter()
             if left <= 0:
                 return "time", None, None
-            h.setOptionValue("time_limit", left)
+            h.setOptionValue("time_limit", h.getRunTime() + left)   # HiGHS's clock runs over all its solves
         h.run()
         run.lp_solves += 1
         ms = h.getModelStatus()

@@ -186,3 +186,15 @@ def test_a_point_the_schedule_check_refuses_is_not_proven(monkeypatch):
     assert "refused" in out.stats["backend_status"] and out.stats["rejected_points"] >= 1
     assert 26 < out.objective + sf.objective_offset <= start.objective
     assert out.bound is not None and out.bound + sf.objective_offset <= 26 + 1e-9
+
+
+def test_the_time_limit_is_used_not_cut_short(chain12):
+    """HiGHS's clock counts all the LPs of the search: the limit must be measured from now, not from zero.
+
+    With a limit shorter than the full search, the search stops near the limit, not after about half of it."""
+    sf, start, _cost, _optimum = chain12
+    full = branch_and_cut(sf, start=sf.encode(start))
+    limit = 0.6 * full.stats["time_s"]
+    out = branch_and_cut(sf, start=sf.encode(start), time_limit_s=limit)
+    assert out.status is SolveStatus.FEASIBLE
+    assert out.stats["time_s"] >= 0.8 * limit, (out.stats["time_s"], limit)
