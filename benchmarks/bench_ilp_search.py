@@ -76,10 +76,17 @@ def render(raw, meta) -> str:
     for r in raw:
         m, b = r["milp"], r["branch-and-cut"]
         ratio = "-"
+        where = f"{r['instance']} at {r['budget']}"
         if m["status"] == b["status"] == "optimal" and not (m["no_search"] or b["no_search"]):
             q = m["time_s"] / b["time_s"]
             ratio = f"{q:.2f}"
-            (faster if q > 1 else slower).append(f"{r['instance']} at {r['budget']} ({q:.2f})")
+            (faster if q > 1 else slower).append(f"{where} ({q:.2f})")
+        elif m["status"] == "optimal" and b["status"] != "optimal":
+            ratio = f"< {m['time_s'] / b['time_s']:.2f}"
+            slower.append(f"{where} (not proven within the limit; the MILP took {m['time_s']:.1f} s)")
+        elif b["status"] == "optimal" and m["status"] != "optimal":
+            ratio = f"> {m['time_s'] / b['time_s']:.2f}"
+            faster.append(f"{where} (the MILP did not prove it within the limit; {b['time_s']:.1f} s)")
         rows.append([r["instance"], r["nodes"], r["budget"], "-" if r["optimum"] is None else f"{r['optimum']:g}",
                      cell(m, meta["limit"]), cell(b, meta["limit"]), ratio])
     return "\n".join([
@@ -97,7 +104,8 @@ def render(raw, meta) -> str:
                "MILP / B&C"], rows),
         "",
         "Branch-and-cut faster on: " + (", ".join(faster) or "none") + ". Slower on: "
-        + (", ".join(slower) or "none") + ".",
+        + (", ".join(slower) or "none") + ". Neither proved the others within the limit, or the LP bound "
+        "proved the warm start for both.",
     ])
 
 

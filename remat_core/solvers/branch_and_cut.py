@@ -10,9 +10,10 @@ cost against the incumbent, and branches on the keep decisions ``S`` (the
 recomputations follow from them), earliest stage first, depth first.
 
 It spends no time on a general solver's root work (its own cut loop, sub-MIP
-heuristics), which on chains is most of HiGHS's time; where those cuts matter
-(memory rows with unequal sizes), HiGHS's MILP proves optimality in fewer
-nodes. ``benchmarks/bench_ilp.py`` measures both.
+heuristics), which on some chains is most of HiGHS's time; it also lacks
+that solver's cuts, conflict analysis and best-bound node selection, and
+loses where those matter. ``benchmarks/bench_ilp.py`` and
+``benchmarks/bench_ilp_search.py`` measure both (``docs/formulation.rst``).
 """
 
 from __future__ import annotations

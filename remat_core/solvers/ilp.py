@@ -287,9 +287,10 @@ def solve_ilp(
         search (:func:`remat_core.solvers.branch_and_cut.branch_and_cut`,
         HiGHS for the LPs, strong formulation only), which separates the path
         inequalities at every node rather than at the root only and skips a
-        general solver's root work; it proves chains of equal-size layers
-        several times faster, and is slower where the memory rows mix sizes
-        (``benchmarks/README.md``, section *ilp*). ``solver_options`` then
+        general solver's root work. It proved some chains several times
+        faster than HiGHS and failed to prove others HiGHS proves in 40 s
+        (``benchmarks/README.md``, sections *ilp* and *ilp-search*): try
+        both on your graphs. ``solver_options`` then
         takes its ``node_limit``, ``cut_rounds`` and ``cuts_per_round``.
         It starts from the warm start; without one (``warm_start=False``, or
         no heuristic schedule fits) the MILP solver runs instead, since it
