@@ -237,6 +237,7 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
             break
         if state == "infeasible":
             continue
+        duals_match = True      # the HiGHS model's last solution is this node's LP optimum x
         for _ in range(cut_rounds):
             if bound > cutoff():
                 break
@@ -250,9 +251,10 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
             run.cut_rows += rows.shape[0]
             state, new_bound, new_x = solve_lp()
             if state != "ok":
-                break   # rows are valid: the node keeps its last bound; a "time" state stops at the next LP
+                duals_match = False   # "time": the node keeps its last bound; the next LP stops the search
+                break
             bound, x = max(bound, new_bound), new_x
-        if bound > cutoff():
+        if state == "infeasible" or bound > cutoff():   # valid rows made the node's LP infeasible: no schedule
             continue
         j = branch_column(x)
         if j is None:
@@ -262,7 +264,7 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
         # reduced-cost fixing for this subtree: moving a binary off its bound costs at least |d|
         fix = list(node.fixings)
         slack = cutoff() - bound
-        if np.isfinite(slack):
+        if np.isfinite(slack) and duals_match:
             d = np.asarray(h.getSolution().col_dual)
             xb, db = x[binaries], d[binaries]
             free = (lo0[binaries] != hi0[binaries])
