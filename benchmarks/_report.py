@@ -101,3 +101,21 @@ DTR_GRAPHS = [
 def dtr_graph_path(name: str) -> str:
     """Path of one of the eight shared DTR graphs (``REMAT_DATA_DIR`` overrides the folder)."""
     return os.path.join(os.environ.get("REMAT_DATA_DIR", DATA_DIR), f"{name}.json")
+
+
+def limit_arguments(doc: str, quick_help: str, limit_default: float, limit_help: str) -> Any:
+    """Parse ``--quick``, ``--limit`` and ``--report-only``, the options of the solver benchmarks."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help=quick_help)
+    ap.add_argument("--limit", type=float, default=limit_default, help=limit_help)
+    ap.add_argument("--report-only", action="store_true", help="rewrite the README section from the saved results")
+    return ap.parse_args()
+
+
+def rewrite_section_from_results(results_name: str, section: str, render: Any) -> None:
+    """Rewrite README section ``section`` from ``results/<results_name>.json`` (``{"meta", "rows"}``)."""
+    with open(os.path.join(RESULTS, f"{results_name}.json")) as f:
+        data = json.load(f)
+    write_section(section, render(data["rows"], data["meta"]))

@@ -16,8 +16,6 @@ searches (*no search*). Paper-formulation times are in ``bench_ilp.py``.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import time
@@ -26,7 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from _report import RESULTS, command_line, machine_line, save_json, table, write_section  # noqa: E402
+from _report import (command_line, limit_arguments, machine_line, rewrite_section_from_results,  # noqa: E402
+                     save_json, table, write_section)
 
 from remat_core import checkpoint_all_peak_bytes, solve  # noqa: E402
 from remat_core.zoo import linear_graph, random_training_graph  # noqa: E402
@@ -110,14 +109,10 @@ def render(raw, meta) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help=f"the first {QUICK} instances; the README stays")
-    ap.add_argument("--limit", type=float, default=300.0, help="time limit per solve (s)")
-    ap.add_argument("--report-only", action="store_true", help="rewrite the README section from the saved results")
-    args = ap.parse_args()
+    args = limit_arguments(__doc__, f"the first {QUICK} instances; the README stays", 300.0,
+                           "time limit per solve (s)")
     if args.report_only:
-        data = json.load(open(os.path.join(RESULTS, "ilp_search.json")))
-        write_section("ilp-search", render(data["rows"], data["meta"]))
+        rewrite_section_from_results("ilp_search", "ilp-search", render)
         return
     solve(linear_graph(6), 4, method="ilp")   # compile the kernels before timing
     meta = {"limit": args.limit, "command": command_line(), "machine": machine_line()}

@@ -15,8 +15,6 @@ times: without a warm start, and from lp-rounding's schedule with 0, 2000 and
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import time
@@ -25,7 +23,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from _report import RESULTS, command_line, machine_line, save_json, table, write_section  # noqa: E402
+from _report import (command_line, limit_arguments, machine_line, rewrite_section_from_results,  # noqa: E402
+                     save_json, table, write_section)
 from bench_ilp import INSTANCES, QUICK  # noqa: E402
 
 from remat_core import simulate, solve  # noqa: E402
@@ -68,14 +67,9 @@ def render(raw: list[dict], meta: dict) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="the two smallest instances")
-    ap.add_argument("--limit", type=float, default=600.0, help="time limit per MILP solve (s)")
-    ap.add_argument("--report-only", action="store_true", help="rewrite the README section from the saved results")
-    args = ap.parse_args()
+    args = limit_arguments(__doc__, "the two smallest instances", 600.0, "time limit per MILP solve (s)")
     if args.report_only:
-        data = json.load(open(os.path.join(RESULTS, "ilp_warm_start.json")))
-        write_section("ilp-warm-start", render(data["rows"], data["meta"]))
+        rewrite_section_from_results("ilp_warm_start", "ilp-warm-start", render)
         return
     chosen = [i for i in INSTANCES if i[0] in QUICK] if args.quick else INSTANCES
     solve(INSTANCES[0][1](), 100, method="lp-rounding")   # compile the kernels before timing
