@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
@@ -43,7 +43,6 @@ _LOG_EVERY_S = 5.0   # progress line interval
 class _Node:
     fixings: list[tuple[int, float]]   # (column, value) on the way from the root, branching and reduced cost
     parent_bound: float                 # LP bound of the parent (a lower bound for the subtree)
-    depth: int = 0
 
 
 @dataclass
@@ -56,14 +55,6 @@ class _Search:
     fixed: int = 0
     rejected: int = 0                   # integral LP points the schedule check refused (tolerance)
     dropped_bound: float = np.inf       # least LP bound of a node dropped for such a point (not proven)
-    stats: dict = field(default_factory=dict)
-
-
-def _integral_costs(sf: StandardForm) -> bool:
-    c = sf.c
-    cont = sf.integrality == 0
-    return bool(np.all(c == np.round(c)) and np.all(c[cont] == 0)
-                and float(sf.objective_offset) == round(float(sf.objective_offset)))
 
 
 def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_limit_s: float | None = None,
@@ -108,6 +99,8 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
 
     from ..formulation.cuts import path_inequalities
     from ..simulate import simulate
+    from .backends.highs import _configure, _pass_model
+    from .ilp import _integer_costs
 
     if sf.formulation != "strong":
         raise ValueError(f"branch-and-cut runs on the 'strong' formulation; got {sf.formulation!r}")
@@ -121,25 +114,15 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
     deadline = None if time_limit_s is None else t_start + float(time_limit_s)
     off = float(sf.objective_offset)
     rel = 0.0 if mip_rel_gap is None else float(mip_rel_gap)
-    integral = _integral_costs(sf)
+    integral = _integer_costs(sf.graph)   # then every schedule's cost is an integer
     graph, budget = sf.graph, sf.budget_bytes
     lo0, hi0 = sf.col_lo.astype(np.float64), sf.col_hi.astype(np.float64)
     binaries = np.flatnonzero(sf.integrality)
     s_cols, s_stage = np.asarray(sf.s_col), np.asarray(sf.s_t)
 
     h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    if threads is not None:
-        h.setOptionValue("threads", int(threads))
-    csc = sp.csc_array(sf.A)
-    status = h.passModel(
-        sf.n_cols, csc.shape[0], int(csc.nnz), 1, 1, 0.0,
-        np.ascontiguousarray(sf.c, np.float64), lo0, hi0,
-        np.ascontiguousarray(sf.row_lo, np.float64), np.ascontiguousarray(sf.row_hi, np.float64),
-        csc.indptr.astype(np.int32), csc.indices.astype(np.int32), np.ascontiguousarray(csc.data, np.float64),
-        np.zeros(sf.n_cols, np.int32))
-    if status == highspy.HighsStatus.kError:
-        raise SolverError("HiGHS rejected the LP relaxation (passModel returned an error)")
+    _configure(h, None, None, threads, False, None)
+    _pass_model(h, sf.c, sp.csc_array(sf.A), sf.row_lo, sf.row_hi, lo0, hi0, np.zeros(sf.n_cols, np.int32))
 
     run = _Search()
 
@@ -277,7 +260,7 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
             fix += new
         near = 1.0 if x[j] >= 0.5 else 0.0
         for val in (1.0 - near, near):   # the child nearer the LP value is searched first
-            stack.append(_Node(fixings=fix + [(j, val)], parent_bound=bound, depth=node.depth + 1))
+            stack.append(_Node(fixings=fix + [(j, val)], parent_bound=bound))
         now = time.perf_counter()
         if now - last_log >= _LOG_EVERY_S:
             last_log = now

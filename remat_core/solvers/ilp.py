@@ -204,10 +204,15 @@ def _strengthen(sf, backend: str, threads: int | None, time_limit_s: float | Non
     return sf, bound, stats
 
 
+def _integer_costs(graph: Graph) -> bool:
+    """Every cost is a finite integer (then so is every schedule's cost)."""
+    cost = graph.cost
+    return bool(np.all(np.isfinite(cost)) and np.all(cost == np.round(cost)))
+
+
 def _proven_bound(graph: Graph, lp_bound: float) -> float:
     """``lp_bound`` rounded up when every cost is an integer (then so is every schedule's cost)."""
-    cost = graph.cost
-    if np.all(np.isfinite(cost)) and np.all(cost == np.round(cost)):
+    if _integer_costs(graph):
         return float(math.ceil(lp_bound - 1e-6 * max(1.0, abs(lp_bound))))
     return lp_bound
 

@@ -198,3 +198,12 @@ def test_the_time_limit_is_used_not_cut_short(chain12):
     out = branch_and_cut(sf, start=sf.encode(start), time_limit_s=limit)
     assert out.status is SolveStatus.FEASIBLE
     assert out.stats["time_s"] >= 0.8 * limit, (out.stats["time_s"], limit)
+
+
+def test_threads_can_change_between_searches():
+    """HiGHS keeps one thread pool per process: the search sets its threads through the backend's own
+    configuration, which resets the pool when another size is asked for."""
+    sf = build_milp(linear_graph(8), 4, "strong")
+    for threads in (1, 2, None, 1):
+        out = branch_and_cut(sf, threads=threads)
+        assert out.status is SolveStatus.OPTIMAL and out.objective + sf.objective_offset == 26
