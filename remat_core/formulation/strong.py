@@ -15,7 +15,9 @@ justified in ``docs/formulation.rst``):
   later user ``j2`` and ``sum_j FREE[t,i,j] + S[t+1,i] <= R[t,i] + S[t,i]``;
   no ``FREE`` for an input of ``t`` (it is read again at ``t``) or after ``t``;
 * memory is counted in a unit that keeps coefficients small, and only at the
-  nodes a stage may compute.
+  nodes a stage may compute;
+* one knapsack row per stage over the kept values ``S[t+1, .]`` (implied by the
+  LP, stated over binaries so that the MILP solver derives cover cuts from it).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from .standard_form import StandardForm
 __all__ = ["build_strong", "STRONG_OPTIONS"]
 
 #: Switches of the strong formulation (all on by default); the benchmark turns them off one by one.
-STRONG_OPTIONS = ("prune_dead", "one_copy", "canonical", "free_pairs", "free_once", "free_continuous")
+STRONG_OPTIONS = ("prune_dead", "one_copy", "canonical", "free_pairs", "free_once", "free_continuous", "knapsack")
 
 
 def build_strong(graph: Graph, budget_bytes: int, memory_rows: str = "cumulative",
@@ -254,6 +256,24 @@ def build_strong(graph: Graph, budget_bytes: int, memory_rows: str = "cumulative
         rb.add("memory", row, np.concatenate(rows), np.concatenate(cols), np.concatenate(vals),
                -np.inf, np.asarray(his))
 
+    if on("knapsack"):
+        # the values kept into stage t+1 (other than t and its inputs) are all present when t is computed:
+        # sum_i m_i S[t+1,i] <= cap - m_t - ws_t - m(inputs of t). The strong LP implies each row through
+        # its continuous FREE columns; explicit and over binaries only, it is a knapsack row the MILP
+        # solver derives cover cuts from. Rows whose coefficients are all equal (unit sizes) give no
+        # cover a cardinality row does not already state, and are left out (docs/formulation.rst).
+        kt, ki = np.nonzero((Scol[1:, :] >= 0) & ~is_dep[:-1, :] & (np.arange(n)[None, :] < np.arange(n - 1)[:, None]))
+        if len(kt):
+            coef = m[ki]
+            first = np.searchsorted(kt, np.arange(n - 1))
+            count = np.bincount(kt, minlength=n - 1)
+            spread = np.maximum.reduceat(coef, first[count > 0]) - np.minimum.reduceat(coef, first[count > 0])
+            keep_t = np.flatnonzero(count > 0)[(count[count > 0] >= 2) & (spread > 0)]
+            sel = np.isin(kt, keep_t)
+            row_of_t = np.full(n, -1, dtype=np.int64)
+            row_of_t[keep_t] = np.arange(len(keep_t))
+            rb.add("knapsack", len(keep_t), row_of_t[kt[sel]], Scol[kt[sel] + 1, ki[sel]], coef[sel], -np.inf,
+                   cap - m[keep_t] - ws[keep_t] - is_dep[keep_t, :].astype(np.float64) @ m)
     if cap < 0:   # the budget does not even hold the fixed bytes: an empty row 0 >= 1
         rb.add("budget_below_fixed_bytes", 1, [], [], [], 1.0, np.inf)
     A, row_lo, row_hi = rb.build(n_cols)

@@ -146,3 +146,50 @@ def test_a_shared_memory_unit_leaves_only_the_bounds_budget_dependent(formulatio
     for bad in (0, True, float("nan")):
         with pytest.raises(ValueError, match="`memory_unit`"):
             build_milp(g, 31, formulation, memory_unit=bad)
+
+
+@settings(max_examples=30)
+@given(data=st.data())
+def test_knapsack_rows_are_the_memory_when_the_frontier_value_is_computed(data):
+    """Each knapsack row, plus its constant, is a canonical schedule's memory at stage t's compute instant.
+
+    At that instant exactly the inputs of t, t itself and the values kept into stage t + 1 are
+    resident, so the row's left side is that memory less the constant part, for every schedule.
+    """
+    g = data.draw(dags(min_nodes=4, max_nodes=9))
+    sched = Schedule(*canonical_schedule(g, data.draw(valid_schedules(g, extra=False)).S))
+    sim = simulate(g, sched)
+    sf = build_strong(g, sim.peak_memory_bytes)
+    off = build_strong(g, sim.peak_memory_bytes, disable=("knapsack",))
+    rows = np.arange(off.n_rows, sf.n_rows)        # the knapsack family comes after the others
+    assert sf.size()["row_families"].get("knapsack", 0) == len(rows)
+    x = sf.encode(sched)
+    assert _row_ok(sf, x)
+    lhs = (sf.A @ x)[rows] * sf.memory_unit
+    kept_cols = sf.A.tocsr()[rows]
+    assert np.all(np.isin(kept_cols.indices, sf.s_col))     # over S columns only
+    step = {(int(t), int(k)): int(b) for t, k, b in zip(sim.step_stage, sim.step_node, sim.step_memory_bytes)}
+    inputs = [set() for _ in range(g.n)]
+    for i, k in g.edges:
+        inputs[int(k)].add(int(i))
+    stage_of_row = sf.s_t[np.searchsorted(sf.s_col, kept_cols.indices[kept_cols.indptr[:-1]])] - 1
+    for r, t in enumerate(stage_of_row):
+        const = g.fixed_bytes + g.memory_bytes[t] + g.workspace_bytes[t] + sum(int(g.memory_bytes[i]) for i in inputs[t])
+        assert lhs[r] + const == pytest.approx(step[(t, t)])
+        assert sf.row_hi[rows[r]] * sf.memory_unit + const == pytest.approx(sim.peak_memory_bytes)
+
+
+def test_knapsack_rows_only_where_sizes_differ_and_leave_the_lp_bound():
+    from remat_core.solvers.backends import solve_arrays
+
+    assert build_strong(linear_graph(8), 4).size()["row_families"].get("knapsack", 0) == 0
+    g = random_training_graph(8, 2, seed=4)
+    on, off = build_strong(g, 52), build_strong(g, 52, disable=("knapsack",))
+    assert on.size()["row_families"]["knapsack"] > 0
+    bounds = []
+    for sf in (on, off):
+        lp = sf.relax()
+        out = solve_arrays("highs", lp.c, lp.A, lp.row_lo, lp.row_hi, lp.col_lo, lp.col_hi, lp.integrality)
+        bounds.append(out.objective)
+    # implied by the strong LP (through its FREE columns): only the MILP's cut generation gains
+    assert bounds[0] == pytest.approx(bounds[1], rel=1e-7)
