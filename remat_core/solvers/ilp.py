@@ -52,7 +52,7 @@ _CUT_ROUNDS, _CUTS_PER_ROUND = 30, 500
 _CUT_TIME_SHARE = 0.25
 
 #: Values of ``solve_ilp``'s ``search``.
-_SEARCHES = ("milp", "branch-and-cut")
+_SEARCHES = ("auto", "milp", "branch-and-cut", "portfolio")
 #: What ``solver_options`` may hold with ``search="branch-and-cut"``.
 _BRANCH_AND_CUT_OPTIONS = ("node_limit", "cut_rounds", "cuts_per_round")
 
@@ -244,7 +244,7 @@ def solve_ilp(
     warm_start: bool | Schedule = True,
     solver_options: dict[str, Any] | None = None,
     cuts: bool = True,
-    search: str = "milp",
+    search: str = "auto",
 ) -> RematResult:
     """Solve the rematerialization MILP.
 
@@ -287,20 +287,32 @@ def solve_ilp(
         (:mod:`remat_core.formulation.cuts`), separated in rounds at the root
         with up to a quarter of what is left of ``time_limit_s``, before the
         MILP starts. Their LP bound alone may prove the warm start optimal.
-    search : {"milp", "branch-and-cut"}
+    search : {"auto", "milp", "branch-and-cut", "portfolio"}
         ``"milp"``: the backend's MILP solver. ``"branch-and-cut"``: our own
         search (:func:`remat_core.solvers.branch_and_cut.branch_and_cut`,
         HiGHS for the LPs, strong formulation only), which separates the path
         inequalities at every node rather than at the root only and skips a
         general solver's root work. It proved some chains several times
         faster than HiGHS and failed to prove others HiGHS proves in 40 s
-        (``benchmarks/README.md``, sections *ilp* and *ilp-search*): try
-        both on your graphs. ``solver_options`` then
-        takes its ``node_limit``, ``cut_rounds`` and ``cuts_per_round``.
-        It starts from the warm start; without one (``warm_start=False``, or
-        no heuristic schedule fits) the MILP solver runs instead, since it
-        proves infeasible budgets by propagation that this search lacks
-        (``stats["search"]`` says which ran).
+        (``benchmarks/README.md``, sections *ilp* and *ilp-search*).
+        ``solver_options`` then takes its ``node_limit``, ``cut_rounds`` and
+        ``cuts_per_round``. ``"portfolio"``: both at once
+        (:mod:`remat_core.solvers.portfolio`), HiGHS's MILP in this process
+        and branch-and-cut in a child process on another core; the first to
+        prove wins and the other is stopped (at a time limit, the better
+        schedule and the higher bound of the two); ``solver_options`` go to
+        HiGHS. ``"auto"`` (default): ``"portfolio"`` with HiGHS and the
+        strong formulation on graphs of up to 120 nodes when two cores are
+        available (``threads`` unset and at least two CPUs, or ``threads >=
+        2``, HiGHS then getting one fewer), else ``"milp"``; pass
+        ``threads=1`` or ``search="milp"`` for one process and a
+        reproducible choice among equally cheap schedules.
+        Branch-and-cut starts from the warm start; without one
+        (``warm_start=False``, or no heuristic schedule fits) the MILP solver
+        runs alone, since it proves infeasible budgets by propagation that
+        our search lacks (``stats["search"]`` says which ran;
+        ``stats["portfolio"]`` which search won, and each one's status,
+        seconds and nodes).
 
     Returns
     -------
@@ -334,10 +346,11 @@ def solve_ilp(
     _check_options(time_limit_s, mip_rel_gap, threads)
     if search not in _SEARCHES:
         raise ValueError(f"`search` must be one of {list(_SEARCHES)}; got {search!r}")
-    if search == "branch-and-cut":
+    if search in ("branch-and-cut", "portfolio"):
         if backend != "highs" or formulation != "strong":
-            raise ValueError("`search='branch-and-cut'` needs backend='highs' and formulation='strong'; "
+            raise ValueError(f"`search={search!r}` needs backend='highs' and formulation='strong'; "
                              f"got backend={backend!r}, formulation={formulation!r}")
+    if search == "branch-and-cut":
         bad = set(solver_options or {}) - set(_BRANCH_AND_CUT_OPTIONS)
         if bad:
             raise ValueError(f"`solver_options` has entries {sorted(bad)} that branch-and-cut does not take; "
@@ -354,6 +367,12 @@ def solve_ilp(
     solve_fn = get_backend(backend)
     start = time.perf_counter()
     base_cost = float(graph.cost.sum())
+    if search == "auto":
+        from .portfolio import cpu_count
+
+        two_cores = (threads is None and cpu_count() >= 2) or (threads is not None and threads >= 2)
+        search = "portfolio" if (backend == "highs" and formulation == "strong" and two_cores
+                                 and graph.n <= _CUTS_MAX_NODES) else "milp"
     stats: dict[str, Any] = {"backend": backend, "formulation": formulation, "search": search}
 
     relaxation = None   # (program, LP result, LP sequence) of the strong root LP, once solved
@@ -452,13 +471,23 @@ def solve_ilp(
         limit = max(float(time_limit_s) - (time.perf_counter() - start), 0.05)
     t0 = time.perf_counter()
     options = dict(solver_options or {})
-    if search == "branch-and-cut" and x0 is None:
+    if search in ("branch-and-cut", "portfolio") and x0 is None:
         # without a schedule nothing is cut off until a dive finds one, and a program whose LP is feasible
         # but that has no schedule would be enumerated: the MILP solver proves that by propagation
-        log.info("ilp: no schedule to start branch-and-cut from; the MILP solver runs instead")
+        log.info("ilp: no schedule to start branch-and-cut from; the MILP solver runs alone")
         stats["search"] = "milp (no schedule to start branch-and-cut from)"
-        options = {}
-    if search == "branch-and-cut" and x0 is not None:
+        if search == "branch-and-cut":
+            options = {}
+        search = "milp"
+    if search == "portfolio":
+        from .portfolio import race
+
+        options = {**_HIGHS_STRONG_DEFAULTS, **options}
+        stats["solver_options"] = options
+        out, stats["portfolio"] = race(sf, x0, time_limit_s=limit, mip_rel_gap=mip_rel_gap,
+                                       threads=None if threads is None else max(threads - 1, 1),
+                                       verbose=verbose, milp_options=options)
+    elif search == "branch-and-cut":
         from .branch_and_cut import branch_and_cut
 
         stats["solver_options"] = options

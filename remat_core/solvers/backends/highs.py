@@ -114,7 +114,8 @@ def _run(h, is_mip: bool) -> BackendResult:
 
 
 def solve(c, A, row_lo, row_hi, col_lo, col_hi, integrality, *, time_limit_s=None, mip_rel_gap=None,
-          threads=None, verbose=False, start=None, options=None) -> BackendResult:
+          threads=None, verbose=False, start=None, options=None, interrupt=None) -> BackendResult:
+    """Solve with HiGHS; ``interrupt`` (HiGHS only): a function HiGHS's MIP search polls, stopping when it returns True."""
     import highspy
 
     h = highspy.Highs()
@@ -124,6 +125,11 @@ def solve(c, A, row_lo, row_hi, col_lo, col_hi, integrality, *, time_limit_s=Non
     if start is not None and is_mip:
         n_cols = len(c)
         h.setSolution(n_cols, np.arange(n_cols, dtype=np.int32), np.ascontiguousarray(start, np.float64))
+    if interrupt is not None and is_mip:
+        def poll(event) -> None:
+            if interrupt():
+                event.interrupt()
+        h.cbMipInterrupt.subscribe(poll)
     return _run(h, is_mip)
 
 

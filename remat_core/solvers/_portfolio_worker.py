@@ -1,0 +1,38 @@
+"""The branch-and-cut side of :mod:`remat_core.solvers.portfolio`, run as ``python -m`` in a child process.
+
+Reads the pickled job (program, start, absolute deadline, gap, options) from
+its first argument and writes ``("ok", BackendResult)`` or ``("error",
+message)`` to its second, through a temporary name so that the parent never
+reads half a file.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import time
+
+
+def main(argv: list[str]) -> int:
+    job_path, result_path = argv[1], argv[2]
+    try:
+        with open(job_path, "rb") as f:
+            job = pickle.load(f)
+        from remat_core.solvers.branch_and_cut import branch_and_cut
+
+        limit = None if job["deadline_epoch"] is None else max(job["deadline_epoch"] - time.time(), 0.01)
+        out = branch_and_cut(job["sf"], start=job["start"], time_limit_s=limit, mip_rel_gap=job["mip_rel_gap"],
+                             threads=1, **job["options"])
+        payload = ("ok", out)
+    except Exception as exc:   # reported to the parent, which goes on with the MILP alone
+        payload = ("error", f"{type(exc).__name__}: {exc}")
+    part = result_path + ".part"
+    with open(part, "wb") as f:
+        pickle.dump(payload, f, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(part, result_path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

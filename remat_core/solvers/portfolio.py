@@ -1,0 +1,178 @@
+"""Two searches at once: HiGHS's MILP in this process, branch-and-cut in a child process; the first proof wins.
+
+Neither search dominates the other (``docs/formulation.rst``, section
+*Branch-and-cut*): ours proves some chains several times faster than HiGHS
+and fails on instances HiGHS proves in seconds. Run side by side on two
+cores, the race takes about the time of the faster one on each instance.
+When branch-and-cut proves the optimum first, HiGHS is interrupted through
+its MIP callback; when HiGHS finishes first, the child is killed. At a time
+limit, the cheaper incumbent and the higher bound of the two (both bounds
+are valid for the same program) are returned.
+
+The child is a fresh interpreter (``python -m remat_core.solvers._portfolio_worker``)
+rather than a ``multiprocessing`` process: forking a process that runs solver
+threads is unsafe, and the *spawn* start method re-imports the caller's main
+script, which fails in scripts without an ``if __name__ == "__main__"`` guard.
+The program travels to it as a pickle in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+from ..formulation.standard_form import StandardForm
+from ..schedule import SolveStatus
+from .backends import BackendResult
+
+__all__ = ["race", "cpu_count"]
+
+log = logging.getLogger("remat_core.ilp")
+
+_KILL_GRACE_S = 5.0   # how long past the deadline the child may take to report at a time limit
+_PROOFS = (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE)
+
+
+def cpu_count() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):   # not on Linux
+        return os.cpu_count() or 1
+
+
+def _package_root() -> str:
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class _Child:
+    """The branch-and-cut process: started at once, polled without blocking, always reaped."""
+
+    def __init__(self, sf: StandardForm, start: np.ndarray, deadline_epoch: float | None,
+                 mip_rel_gap: float | None, options: dict[str, Any]):
+        self.dir = tempfile.mkdtemp(prefix="remat-portfolio-")
+        job, self.result = os.path.join(self.dir, "job.pkl"), os.path.join(self.dir, "result.pkl")
+        with open(job, "wb") as f:
+            pickle.dump(dict(sf=sf, start=start, deadline_epoch=deadline_epoch, mip_rel_gap=mip_rel_gap,
+                             options=options), f, protocol=pickle.HIGHEST_PROTOCOL)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([_package_root()] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        for var in ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[var] = "1"   # one core is its share
+        self.stderr = open(os.path.join(self.dir, "stderr.txt"), "wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", "remat_core.solvers._portfolio_worker", job, self.result],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.stderr,
+                                     env=env)
+        self.outcome: tuple[str, Any] | None = None   # ("ok", BackendResult) or ("error", message)
+
+    def poll(self) -> tuple[str, Any] | None:
+        """The child's outcome once it has exited, else None (never blocks)."""
+        if self.outcome is None and self.proc.poll() is not None:
+            self._collect()
+        return self.outcome
+
+    def wait(self, timeout_s: float) -> tuple[str, Any] | None:
+        if self.outcome is None:
+            try:
+                self.proc.wait(timeout=max(timeout_s, 0.0))
+            except subprocess.TimeoutExpired:
+                return None
+            self._collect()
+        return self.outcome
+
+    def _collect(self) -> None:
+        try:
+            with open(self.result, "rb") as f:
+                self.outcome = pickle.load(f)
+        except (OSError, EOFError, pickle.UnpicklingError):
+            self.stderr.flush()
+            with open(self.stderr.name, "rb") as f:
+                tail = f.read()[-2000:].decode(errors="replace")
+            self.outcome = ("error", f"exit code {self.proc.returncode}: {tail.strip() or 'no output'}")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.stderr.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _combine(milp: BackendResult, bc: BackendResult | None) -> BackendResult:
+    """The better incumbent and the higher bound of two searches over the same program."""
+    if bc is None:
+        return milp
+    if milp.status is SolveStatus.INFEASIBLE:
+        return milp
+    have = [r for r in (milp, bc) if r.x is not None and r.objective is not None]
+    best = min(have, key=lambda r: r.objective) if have else None
+    bounds = [r.bound for r in (milp, bc) if r.bound is not None]
+    bound = max(bounds) if bounds else None
+    if best is not None and bound is not None:
+        bound = min(bound, best.objective)
+    status = SolveStatus.FEASIBLE if best is not None else SolveStatus.NO_SOLUTION
+    return BackendResult(status=status, x=None if best is None else best.x,
+                         objective=None if best is None else best.objective, bound=bound, stats=dict(milp.stats))
+
+
+def race(sf: StandardForm, start: np.ndarray, *, time_limit_s: float | None, mip_rel_gap: float | None,
+         threads: int | None, verbose: bool, milp_options: dict[str, Any] | None,
+         bc_options: dict[str, Any] | None = None) -> tuple[BackendResult, dict[str, Any]]:
+    """HiGHS's MILP on ``sf`` here and branch-and-cut from ``start`` in a child process, until one proves.
+
+    Returns the result (the prover's, or both combined at a time limit) and
+    ``details``: ``winner`` (``"milp"``, ``"branch-and-cut"`` or None) and
+    each search's status, seconds and nodes. A child that fails (cannot
+    start, raises) only leaves the MILP running alone (``details["error"]``).
+    """
+    from .backends.highs import solve as highs_solve
+
+    t0 = time.perf_counter()
+    deadline_epoch = None if time_limit_s is None else time.time() + float(time_limit_s)
+    details: dict[str, Any] = {"winner": None}
+    try:
+        child = _Child(sf, start, deadline_epoch, mip_rel_gap, dict(bc_options or {}))
+    except OSError as exc:   # no interpreter to start, no temporary directory
+        log.warning("ilp: could not start branch-and-cut beside the MILP (%s); the MILP runs alone", exc)
+        details["error"] = str(exc)
+        child = None
+    try:
+        def proved() -> bool:
+            got = child.poll() if child is not None else None
+            return got is not None and got[0] == "ok" and got[1].status in _PROOFS
+
+        milp = highs_solve(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, sf.integrality,
+                           time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap, threads=threads, verbose=verbose,
+                           start=start, options=milp_options or None, interrupt=proved if child else None)
+        details["milp"] = {"status": milp.stats.get("backend_status"), "time_s": time.perf_counter() - t0,
+                           "nodes": milp.stats.get("nodes")}
+        if milp.status in _PROOFS or child is None:
+            details["winner"] = "milp" if milp.status in _PROOFS else None
+            return milp, details
+        # interrupted because the child proved, or stopped at the time limit: the child then stops about as soon
+        left = None if deadline_epoch is None else deadline_epoch - time.time()
+        got = child.wait(_KILL_GRACE_S if left is None or proved() else left + _KILL_GRACE_S)
+        if got is None or got[0] != "ok":
+            details["error"] = "branch-and-cut did not report" if got is None else got[1]
+            if got is not None:
+                log.warning("ilp: branch-and-cut beside the MILP failed: %s", got[1])
+            return milp, details
+        bc = got[1]
+        details["branch_and_cut"] = {"status": bc.stats.get("backend_status"), "time_s": bc.stats.get("time_s"),
+                                     "nodes": bc.stats.get("nodes")}
+        if bc.status in _PROOFS:
+            details["winner"] = "branch-and-cut"
+            return bc, details
+        return _combine(milp, bc), details
+    finally:
+        if child is not None:
+            child.close()
