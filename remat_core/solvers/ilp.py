@@ -37,9 +37,10 @@ _LP_ROUNDING_TIME_SHARE = 0.5
 #: the same one, supplies the bound instead).
 _ROOT_LP_MAX_NODES = 120
 #: Local-search evaluations of lp-rounding as the warm start of a graph of up to ``_ROOT_LP_MAX_NODES``
-#: nodes (its own default is 50000). There the MILP improves the incumbent itself within its root, and
-#: a better warm start did not make it faster (``docs/formulation.rst``): the search time goes to the MILP.
-_WARM_START_POLISH_EVALS = 2000
+#: nodes (its own default is 50000): none. There the MILP improves the incumbent itself within its root,
+#: a better warm start did not make it faster, and on the smaller graphs the local search was a third
+#: of the whole call (``docs/formulation.rst``): the search time goes to the MILP.
+_WARM_START_POLISH_EVALS = 0
 #: HiGHS options the strong formulation is solved with unless ``solver_options`` says otherwise:
 #: no strong branching to initialise pseudo-costs (measured in docs/formulation.rst: 2-3x fewer
 #: seconds on the linear graphs, where most of the default's LP iterations went to strong branching).
@@ -269,8 +270,8 @@ def solve_ilp(
         ``True``: start from the cheapest schedule of the registered
         heuristics and of ``lp-rounding`` (run last, on every graph, with
         half of what is left of ``time_limit_s``; on graphs of up to 120
-        nodes with a short local search, :data:`_WARM_START_POLISH_EVALS`
-        evaluations, since the MILP goes on improving it), so that the
+        nodes without its local search (:data:`_WARM_START_POLISH_EVALS`),
+        since the search that follows improves it), so that the
         result is never worse than theirs. The strong LP relaxation is solved before
         lp-rounding: when it proves the best heuristic schedule optimal
         (its bound rounded up when every cost is an integer), that schedule
