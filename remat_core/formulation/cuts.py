@@ -26,7 +26,7 @@ import scipy.sparse as sp
 
 from .standard_form import StandardForm
 
-__all__ = ["path_inequalities", "with_rows"]
+__all__ = ["path_inequalities", "with_rows", "without_family"]
 
 
 def _columns(sf: StandardForm) -> tuple[np.ndarray, np.ndarray]:
@@ -131,6 +131,21 @@ def path_inequalities(sf: StandardForm, x: np.ndarray, max_cuts: int = 500, tol:
                         shape=(len(gg), sf.n_cols))
     rows.sum_duplicates()
     return rows, viol
+
+
+def without_family(sf: StandardForm, family: str) -> StandardForm:
+    """``sf`` without the rows of ``family`` (each family's rows are contiguous, in ``row_families`` order)."""
+    if family not in sf.row_families:
+        return sf
+    names = list(sf.row_families)
+    start = sum(sf.row_families[k] for k in names[:names.index(family)])
+    keep = np.ones(sf.n_rows, dtype=bool)
+    keep[start:start + sf.row_families[family]] = False
+    out = StandardForm(**{k: getattr(sf, k) for k in sf.__dataclass_fields__})
+    out.A = sf.A.tocsr()[keep]
+    out.row_lo, out.row_hi = sf.row_lo[keep], sf.row_hi[keep]
+    out.row_families = {k: v for k, v in sf.row_families.items() if k != family}
+    return out
 
 
 def with_rows(sf: StandardForm, rows: sp.csr_array, row_lo: np.ndarray, row_hi: np.ndarray,
