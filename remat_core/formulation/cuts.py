@@ -1,4 +1,10 @@
-"""Path inequalities: valid rows that the strong LP relaxation violates, separated at an LP point.
+"""Valid rows that the strong LP relaxation violates, separated at an LP point.
+
+Two families: path inequalities (:func:`path_inequalities`) and lifted cover
+inequalities of the knapsack rows (:func:`cover_inequalities`).
+
+Path inequalities
+-----------------
 
 For a stage ``g``, a value ``v < g`` whose first reader at or after ``g`` is
 ``t`` (the frontier computes ``t`` in stage ``t``), an ancestor ``a`` of ``v``
@@ -26,7 +32,7 @@ import scipy.sparse as sp
 
 from .standard_form import StandardForm
 
-__all__ = ["path_inequalities", "with_rows", "without_family"]
+__all__ = ["path_inequalities", "cover_inequalities", "with_rows", "without_family"]
 
 
 def _columns(sf: StandardForm) -> tuple[np.ndarray, np.ndarray]:
@@ -157,3 +163,130 @@ def with_rows(sf: StandardForm, rows: sp.csr_array, row_lo: np.ndarray, row_hi: 
     out.row_hi = np.concatenate([sf.row_hi, np.asarray(row_hi, dtype=np.float64)])
     out.row_families = {**sf.row_families, family: sf.row_families.get(family, 0) + rows.shape[0]}
     return out
+
+
+def _family_slice(sf: StandardForm, family: str) -> slice:
+    names = list(sf.row_families)
+    start = sum(sf.row_families[k] for k in names[:names.index(family)])
+    return slice(start, start + sf.row_families[family])
+
+
+def _lift(w: np.ndarray, cap: float, cover: list[int], order: list[int], eps: float) -> tuple[np.ndarray, int]:
+    """Sequentially up-lifted cover inequality ``sum alpha_j x_j <= |cover| - 1`` of ``sum w_j x_j <= cap``.
+
+    Each lifting coefficient is exact: ``alpha_k = rhs - max{sum alpha_j y_j : sum w_j y_j <= cap - w_k}``
+    over the items lifted so far, found by a dynamic program over the (integer) values of
+    ``sum alpha_j y_j`` that keeps the least weight reaching each value, so the weights may be real.
+    """
+    rhs = len(cover) - 1
+    alpha = np.zeros(len(w), dtype=np.int64)
+    alpha[cover] = 1
+    least = np.full(rhs + 1, np.inf)          # least[v]: least weight of lifted items whose alphas sum to v
+    least[0] = 0.0
+
+    def add(j: int) -> None:
+        a = int(alpha[j])
+        for v in range(rhs, a - 1, -1):
+            least[v] = min(least[v], least[v - a] + w[j])
+
+    for j in cover:
+        add(j)
+    for k in order:
+        room = cap - w[k]
+        if room < -eps:                        # x_k = 1 alone overfills the row: it can take the whole rhs
+            alpha[k] = rhs
+        else:
+            alpha[k] = rhs - int(np.flatnonzero(least <= room + eps).max())
+        if alpha[k] > 0:
+            add(k)
+    return alpha, rhs
+
+
+def cover_inequalities(sf: StandardForm, x: np.ndarray, max_cuts: int = 500, tol: float = 1e-6,
+                       ) -> tuple[sp.csr_array, np.ndarray, np.ndarray]:
+    """Lifted cover inequalities of the strong program's knapsack rows violated by the point ``x``.
+
+    Each knapsack row of the strong formulation (one per stage: the values kept
+    into the next stage fit in what the stage's frontier step leaves,
+    :mod:`~remat_core.formulation.strong`) reads ``sum_i w_i S[t+1, i] <= b``
+    over binaries. A *cover* ``C`` (``sum_C w_i > b``) gives the valid row
+    ``sum_C S[t+1, i] <= |C| - 1``, which the LP point may violate although it
+    meets the knapsack row by keeping each value of ``C`` a fraction of the
+    time. Per row, the cover is built greedily (values kept entirely first,
+    then by ``(1 - x_i) / w_i``), made minimal, and the other values are lifted
+    into it one by one, exactly (:func:`_lift`), those the LP keeps most
+    first. A general MILP solver derives such rows itself from the knapsack
+    rows; branch-and-cut needs them separated, and in the root rounds of
+    ``ilp`` they raise the bound before the MILP starts.
+
+    Parameters
+    ----------
+    sf : StandardForm
+        A ``"strong"`` program (without knapsack rows, for example with equal
+        sizes, there is nothing to separate).
+    x : numpy.ndarray
+        A point, one value per column.
+    max_cuts : int
+        At most this many rows, the most violated (at most one per knapsack row).
+    tol : float
+        Only rows violated by more than ``tol``.
+
+    Returns
+    -------
+    (rows, rhs, violation)
+        ``rows``: a ``csr_array`` of shape ``(k, sf.n_cols)`` with positive
+        integer entries, each to be read ``rows @ x <= rhs``; ``violation``:
+        ``rows @ x - rhs``, largest first.
+    """
+    if sf.formulation != "strong":
+        raise ValueError(f"cover inequalities are stated for the 'strong' formulation; got {sf.formulation!r}")
+    if isinstance(max_cuts, bool) or not isinstance(max_cuts, (int, np.integer)) or max_cuts < 1:
+        raise ValueError(f"`max_cuts` must be a positive integer; got {max_cuts!r}")
+    x = np.asarray(x, dtype=np.float64)
+    if x.shape != (sf.n_cols,):
+        raise ValueError(f"`x` must have one value per column ({sf.n_cols}); got shape {x.shape}")
+    empty = (sp.csr_array((0, sf.n_cols)), np.zeros(0), np.zeros(0))
+    if not sf.row_families.get("knapsack"):
+        return empty
+    sl = _family_slice(sf, "knapsack")
+    K = sp.csr_array(sf.A.tocsr()[sl])
+    caps = sf.row_hi[sl]
+    found = []                                  # (violation, columns, coefficients, rhs)
+    for r in range(K.shape[0]):
+        lo, hi = K.indptr[r], K.indptr[r + 1]
+        cols, w, cap = K.indices[lo:hi], K.data[lo:hi], float(caps[r])
+        eps = 1e-9 * max(1.0, abs(cap))
+        if w.sum() <= cap + eps:
+            continue
+        xs = np.clip(x[cols], 0.0, 1.0)
+        cover, weight = [], 0.0
+        for j in np.lexsort(((1.0 - xs) / w, xs < 1.0 - tol)):
+            if xs[j] <= tol:
+                break                               # the rest are at 0: a cover with them is not violated
+            cover.append(int(j))
+            weight += w[j]
+            if weight > cap + eps:
+                break
+        if weight <= cap + eps:
+            continue
+        for j in sorted(cover, key=lambda j: xs[j]):  # minimal: drop what the cover does not need
+            if weight - w[j] > cap + eps:
+                cover.remove(j)
+                weight -= w[j]
+        if len(cover) < 2:
+            continue                                  # one value over the whole row: a bound, not a cut
+        inside = set(cover)
+        rest = [int(j) for j in np.argsort(-xs, kind="stable") if int(j) not in inside]
+        alpha, rhs = _lift(w, cap, cover, rest, eps)
+        viol = float(alpha @ xs) - rhs
+        if viol > tol:
+            nz = alpha > 0
+            found.append((viol, cols[nz], alpha[nz].astype(np.float64), float(rhs)))
+    if not found:
+        return empty
+    found.sort(key=lambda f: -f[0])
+    found = found[:max_cuts]
+    indptr = np.cumsum([0] + [len(f[1]) for f in found])
+    rows = sp.csr_array((np.concatenate([f[2] for f in found]), np.concatenate([f[1] for f in found]), indptr),
+                        shape=(len(found), sf.n_cols))
+    return rows, np.array([f[3] for f in found]), np.array([f[0] for f in found])

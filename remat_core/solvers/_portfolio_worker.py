@@ -3,7 +3,8 @@
 Reads the pickled job (program, start, absolute deadline, gap, options) from
 its first argument and writes ``("ok", BackendResult)`` or ``("error",
 message)`` to its second, through a temporary name so that the parent never
-reads half a file.
+reads half a file. Schedules pass to and from the parent's MILP through two
+mailbox files in the job's directory (:class:`~remat_core.solvers.portfolio._Mailbox`).
 """
 
 from __future__ import annotations
@@ -20,10 +21,18 @@ def main(argv: list[str]) -> int:
         with open(job_path, "rb") as f:
             job = pickle.load(f)
         from remat_core.solvers.branch_and_cut import branch_and_cut
+        from remat_core.solvers.portfolio import _TO_BC, _TO_MILP, _Mailbox
+
+        folder = os.path.dirname(os.path.abspath(job_path))
+        outbox, inbox = _Mailbox(os.path.join(folder, _TO_MILP)), _Mailbox(os.path.join(folder, _TO_BC))
+
+        def receive():
+            got = inbox.fetch()
+            return None if got is None else got[1]
 
         limit = None if job["deadline_epoch"] is None else max(job["deadline_epoch"] - time.time(), 0.01)
         out = branch_and_cut(job["sf"], start=job["start"], time_limit_s=limit, mip_rel_gap=job["mip_rel_gap"],
-                             threads=1, **job["options"])
+                             threads=1, share=outbox.post, receive=receive, **job["options"])
         payload = ("ok", out)
     except Exception as exc:   # reported to the parent, which goes on with the MILP alone
         payload = ("error", f"{type(exc).__name__}: {exc}")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import scipy.sparse as sp
@@ -54,12 +55,16 @@ class _Search:
     cut_rows: int = 0
     fixed: int = 0
     rejected: int = 0                   # integral LP points the schedule check refused (tolerance)
+    received: int = 0                   # cheaper schedules received from a search beside this one
+    lp_rows: int = 0                    # rows of the program in the LP (before the rows separated here)
     dropped_bound: float = np.inf       # least LP bound of a node dropped for such a point (not proven)
 
 
 def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_limit_s: float | None = None,
                    mip_rel_gap: float | None = 1e-4, threads: int | None = None, verbose: bool = False,
                    node_limit: int | None = None, cut_rounds: int = 5, cuts_per_round: int = 200,
+                   share: Callable[[float, np.ndarray], None] | None = None,
+                   receive: Callable[[], np.ndarray | None] | None = None,
                    ) -> BackendResult:
     """Solve the strong program ``sf`` by branch-and-cut (see the module docstring).
 
@@ -87,13 +92,21 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
         Stop after this many nodes.
     cut_rounds, cuts_per_round : int
         Separation rounds per node and rows per round.
+    share, receive : callable, optional
+        For a search running beside this one (:mod:`~remat_core.solvers.portfolio`):
+        ``share(objective, x)`` is called with every cheaper schedule this
+        search finds (``objective`` without ``sf.objective_offset``);
+        ``receive()``, polled once per node, may return a point found
+        elsewhere, which is checked like the search's own (decoded and
+        simulated) and becomes the incumbent if it fits and is cheaper.
 
     Returns
     -------
     BackendResult
         As a MILP backend's: ``objective`` and ``bound`` without ``sf.objective_offset``;
         ``stats`` holds ``nodes``, ``lp_solves``, ``cut_rows``, ``fixed_by_reduced_cost``,
-        ``backend_status``, ``gap`` and ``time_s``.
+        ``rejected_points``, ``received_incumbents``, ``lp_rows`` (the program's rows in the
+        search's LP: all but the knapsack and cover rows), ``backend_status``, ``gap`` and ``time_s``.
     """
     import highspy
 
@@ -121,13 +134,15 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
     s_cols, s_stage = np.asarray(sf.s_col), np.asarray(sf.s_t)
 
     # the knapsack rows are there for a MILP solver's cover cuts; this search derives none, and with them
-    # its LP optima sat on other vertices: random(10) at 60 took 305 nodes instead of 20 (docs/formulation.rst)
-    lp = without_family(sf, "knapsack")
+    # its LP optima sat on other vertices: random(10) at 60 took 305 nodes instead of 20 (docs/formulation.rst).
+    # The lifted cover rows of ilp's root rounds likewise: with them random(16, seed 3) at 87 took 969 nodes
+    # (109 s) instead of 583 (50 s), and separated at every node too, it had not proved it in 120 s.
+    lp = without_family(without_family(sf, "knapsack"), "cover_inequalities")
     h = highspy.Highs()
     _configure(h, None, None, threads, False, None)
     _pass_model(h, lp.c, sp.csc_array(lp.A), lp.row_lo, lp.row_hi, lo0, hi0, np.zeros(sf.n_cols, np.int32))
 
-    run = _Search()
+    run = _Search(lp_rows=lp.n_rows)
 
     def cutoff() -> float:
         """A node whose LP bound exceeds this cannot hold a schedule cheaper than the incumbent (beyond the gap)."""
@@ -136,7 +151,7 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
         by_gap = run.incumbent - rel * max(abs(run.incumbent + off), 1.0)
         return min(by_gap, run.incumbent - 1.0 + 1e-6) if integral else by_gap
 
-    def offer(x: np.ndarray) -> bool:
+    def offer(x: np.ndarray, source: str = "search") -> bool:
         """An integral point: decode, simulate, keep it if it fits and is cheaper. False: it does not fit."""
         xr = x.copy()
         xr[binaries] = np.round(xr[binaries])
@@ -148,14 +163,17 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
         value = float(sim.total_cost) - off
         if value < run.incumbent - 1e-9:
             run.incumbent, run.x = value, sf.encode(sched)
-            log.debug("branch-and-cut: schedule of cost %g at node %d", value + off, run.nodes)
+            log.debug("branch-and-cut: schedule of cost %g at node %d (%s)", value + off, run.nodes, source)
+            if source == "search" and share is not None:
+                share(value, run.x)
+            run.received += source == "received"
         return True
 
     if start is not None:
         start = np.asarray(start, dtype=np.float64)
         if start.shape != (sf.n_cols,):
             raise ValueError(f"`start` must have one value per column ({sf.n_cols}); got shape {start.shape}")
-        offer(start)
+        offer(start, "start")
 
     def solve_lp() -> tuple[str, float | None, np.ndarray | None]:
         if deadline is not None:
@@ -211,6 +229,10 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
         if node_limit is not None and run.nodes >= node_limit:
             stopped = "node limit"
             break
+        if receive is not None:
+            got = receive()
+            if got is not None and got.shape == (sf.n_cols,):
+                offer(got, "received")
         node = stack.pop()
         if node.parent_bound > cutoff():
             continue
@@ -304,4 +326,5 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
 def _stats(run: _Search, word: str, elapsed: float, gap: float | None) -> dict:
     return {"backend_status": f"branch-and-cut: {word}", "nodes": run.nodes, "lp_solves": run.lp_solves,
             "cut_rows": run.cut_rows, "fixed_by_reduced_cost": run.fixed, "rejected_points": run.rejected,
+            "received_incumbents": run.received, "lp_rows": run.lp_rows,
             "gap": gap, "time_s": elapsed}

@@ -52,6 +52,10 @@ _CUT_ROUNDS, _CUTS_PER_ROUND = 30, 500
 #: Share of what is left of ``time_limit_s`` that the separation rounds may use.
 _CUT_TIME_SHARE = 0.25
 
+#: RENS (:func:`_rens`) after the root rounds: at most this many seconds, and this share of what is left
+#: of ``time_limit_s``; an LP value this close to 0 or 1 counts as integral there.
+_RENS_TIME_S, _RENS_TIME_SHARE, _INTEGRAL_TOL = 1.0, 0.1, 1e-6
+
 #: Values of ``solve_ilp``'s ``search``.
 _SEARCHES = ("auto", "milp", "branch-and-cut", "portfolio")
 #: What ``solver_options`` may hold with ``search="branch-and-cut"``.
@@ -154,11 +158,12 @@ def _root_lp_bound(graph: Graph, budget_bytes: int, backend: str, time_limit_s: 
 
 def _strengthen(sf, backend: str, threads: int | None, time_limit_s: float | None, lps: Any = None
                 ) -> tuple[Any, float | None, dict[str, Any]]:
-    """``sf`` plus the path inequalities that its LP relaxation violates, separated round after round.
+    """``sf`` plus the valid rows that its LP relaxation violates, separated round after round.
 
     Each round solves the LP (from the last basis with HiGHS), adds the most
-    violated rows of :func:`remat_core.formulation.cuts.path_inequalities`,
-    and stops when none is violated, after :data:`_CUT_ROUNDS` rounds, or when
+    violated rows of :func:`remat_core.formulation.cuts.path_inequalities`
+    and of :func:`remat_core.formulation.cuts.cover_inequalities`, and stops
+    when none is violated, after :data:`_CUT_ROUNDS` rounds, or when
     ``time_limit_s`` runs out. The rows are valid for every schedule, so the
     program keeps its optimum; its LP bound rises.
 
@@ -166,9 +171,11 @@ def _strengthen(sf, backend: str, threads: int | None, time_limit_s: float | Non
     that last solved a program with ``sf``'s matrix, so that the first LP
     restarts from its basis (the root LP that lp-rounding went on from).
 
-    Returns ``(program, LP bound with the rows or None, stats)``.
+    Returns ``(program, LP bound with the rows or None, stats)``; the stats
+    hold the last LP point too (``"x"``), where lp-rounding's second chance
+    and RENS (:func:`_rens`) start.
     """
-    from ..formulation.cuts import path_inequalities, with_rows
+    from ..formulation.cuts import cover_inequalities, path_inequalities, with_rows
     from .backends import lp_sequence
 
     t0 = time.perf_counter()
@@ -176,33 +183,95 @@ def _strengthen(sf, backend: str, threads: int | None, time_limit_s: float | Non
     lps = lp_sequence(backend, threads=threads) if lps is None else lps
     warm_before = lps.warm_solves
     out = lps.solve(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, time_limit_s=left())
-    stats: dict[str, Any] = {"rounds": 0, "rows": 0, "first_lp_warm": lps.warm_solves > warm_before}
+    stats: dict[str, Any] = {"rounds": 0, "rows": 0, "path_rows": 0, "cover_rows": 0,
+                             "first_lp_warm": lps.warm_solves > warm_before}
     if out.status is not SolveStatus.OPTIMAL:
         stats["time_s"] = time.perf_counter() - t0
         return sf, None, stats
     stats["lp_bound_before"] = bound = out.objective + sf.objective_offset
-    added = []
+    x = out.x
+    paths, covers, cover_rhs = [], [], []
     for _ in range(_CUT_ROUNDS):
         if time_limit_s is not None and left() <= 0:
             break
-        rows, _viol = path_inequalities(sf, out.x, _CUTS_PER_ROUND)
-        if rows.shape[0] == 0:
+        p_rows, _viol = path_inequalities(sf, x, _CUTS_PER_ROUND)
+        c_rows, c_rhs, _viol = cover_inequalities(sf, x, _CUTS_PER_ROUND)
+        if p_rows.shape[0] + c_rows.shape[0] == 0:
             break
-        added.append(rows)
-        stats["rounds"] += 1
-        stats["rows"] += rows.shape[0]
-        out = lps.add_rows(rows, np.ones(rows.shape[0]), np.full(rows.shape[0], np.inf), time_limit_s=left())
-        if out.status is not SolveStatus.OPTIMAL:
-            break   # cut short: the rows stay (they are valid), the bound is the last one solved
-        bound = out.objective + sf.objective_offset
-    if added:
         import scipy.sparse as sp
 
-        rows = sp.vstack(added).tocsr()
-        sf = with_rows(sf, rows, np.ones(rows.shape[0]), np.full(rows.shape[0], np.inf), "path_inequalities")
+        paths.append(p_rows)
+        covers.append(c_rows)
+        cover_rhs.append(c_rhs)
+        stats["rounds"] += 1
+        stats["path_rows"] += p_rows.shape[0]
+        stats["cover_rows"] += c_rows.shape[0]
+        stats["rows"] += p_rows.shape[0] + c_rows.shape[0]
+        out = lps.add_rows(sp.vstack([p_rows, c_rows]).tocsr(),
+                           np.concatenate([np.ones(p_rows.shape[0]), np.full(c_rows.shape[0], -np.inf)]),
+                           np.concatenate([np.full(p_rows.shape[0], np.inf), c_rhs]), time_limit_s=left())
+        if out.status is not SolveStatus.OPTIMAL:
+            break   # cut short: the rows stay (they are valid), the bound is the last one solved
+        bound, x = out.objective + sf.objective_offset, out.x
+    if stats["rows"]:
+        import scipy.sparse as sp
+
+        if stats["path_rows"]:
+            rows = sp.vstack(paths).tocsr()
+            sf = with_rows(sf, rows, np.ones(rows.shape[0]), np.full(rows.shape[0], np.inf), "path_inequalities")
+        if stats["cover_rows"]:
+            rows = sp.vstack(covers).tocsr()
+            sf = with_rows(sf, rows, np.full(rows.shape[0], -np.inf), np.concatenate(cover_rhs), "cover_inequalities")
     stats["lp_bound_after"] = bound
+    stats["x"] = x
     stats["time_s"] = time.perf_counter() - t0
     return sf, bound, stats
+
+
+def _decoded(graph: Graph, sf, x: np.ndarray, budget_bytes: int) -> tuple[Schedule | None, float | None]:
+    """The schedule a solver's point encodes, simulated: ``(schedule, cost)``, or ``(None, None)`` if it does
+    not fit (only possible within the solver's feasibility tolerance; its canonical form is tried first,
+    which never uses more memory)."""
+    from ..formulation import canonical_schedule
+
+    schedule = sf.decode(x)
+    sim = simulate(graph, schedule, timeline=False)
+    if sim.peak_memory_bytes > budget_bytes:
+        schedule = Schedule(*canonical_schedule(graph, schedule.S))
+        sim = simulate(graph, schedule, timeline=False)
+        if sim.peak_memory_bytes > budget_bytes:
+            log.warning("ilp: solver solution needs %d bytes > budget %d (tolerance); discarded",
+                        sim.peak_memory_bytes, budget_bytes)
+            return None, None
+    return schedule, sim.total_cost
+
+
+def _rens(graph: Graph, sf, x: np.ndarray, budget_bytes: int, time_limit_s: float, threads: int | None
+          ) -> tuple[Schedule | None, float | None, dict[str, Any]]:
+    """RENS (relaxation enforced neighbourhood search): the MILP with every keep ``S`` that the LP point ``x``
+    holds at 0 or 1 fixed there, solved by HiGHS within ``time_limit_s``.
+
+    After the root rounds most keeps are integral in the LP, so the MILP left
+    is small (tens of free binaries on 30-50-node graphs) and HiGHS solves it
+    in a fraction of a second; its best schedule is often the optimum or
+    close to it, and a better start lets the search that follows cut off
+    more and fix more by reduced cost. Returns ``(schedule or None, cost,
+    stats)``; the schedule is simulated and within budget.
+    """
+    from .backends.highs import solve as highs_solve
+
+    t0 = time.perf_counter()
+    s_cols = np.asarray(sf.s_col)
+    xs = x[s_cols]
+    fixed = s_cols[(xs < _INTEGRAL_TOL) | (xs > 1.0 - _INTEGRAL_TOL)]
+    lo, hi = sf.col_lo.astype(np.float64), sf.col_hi.astype(np.float64)
+    lo[fixed] = hi[fixed] = np.round(x[fixed])
+    out = highs_solve(sf.c, sf.A, sf.row_lo, sf.row_hi, lo, hi, sf.integrality, time_limit_s=time_limit_s,
+                      mip_rel_gap=1e-4, threads=threads)
+    schedule, cost = (None, None) if out.x is None else _decoded(graph, sf, out.x, budget_bytes)
+    stats = {"free_keeps": int(len(s_cols) - len(fixed)), "status": out.stats.get("backend_status"),
+             "cost": cost, "time_s": time.perf_counter() - t0}
+    return schedule, cost, stats
 
 
 def _integer_costs(graph: Graph) -> bool:
@@ -299,21 +368,22 @@ def solve_ilp(
         ``solver_options`` then takes its ``node_limit``, ``cut_rounds`` and
         ``cuts_per_round``. ``"portfolio"``: both at once
         (:mod:`remat_core.solvers.portfolio`), HiGHS's MILP in this process
-        and branch-and-cut in a child process on another core; the first to
-        prove wins and the other is stopped (at a time limit, the better
-        schedule and the higher bound of the two); ``solver_options`` go to
-        HiGHS. ``"auto"`` (default): ``"portfolio"`` with HiGHS and the
+        and branch-and-cut in a child process on another core, passing each
+        other the schedules they find; the first to prove wins and the other
+        is stopped (at a time limit, the better schedule and the higher bound
+        of the two); ``solver_options`` go to HiGHS. ``"auto"`` (default): ``"portfolio"`` with HiGHS and the
         strong formulation on graphs of up to 120 nodes when two cores are
         available (``threads`` unset and at least two CPUs, or ``threads >=
         2``, HiGHS then getting one fewer), else ``"milp"``; pass
         ``threads=1`` or ``search="milp"`` for one process and a
         reproducible choice among equally cheap schedules.
-        Branch-and-cut starts from the warm start; without one
+        ``search="branch-and-cut"`` starts from the warm start; without one
         (``warm_start=False``, or no heuristic schedule fits) the MILP solver
         runs alone, since it proves infeasible budgets by propagation that
-        our search lacks (``stats["search"]`` says which ran;
-        ``stats["portfolio"]`` which search won, and each one's status,
-        seconds and nodes).
+        our search lacks; the portfolio then starts both searches without a
+        schedule (``stats["search"]`` says which ran; ``stats["portfolio"]``
+        which search won, each one's status, seconds and nodes, and how many
+        schedules they passed each other).
 
     Returns
     -------
@@ -441,6 +511,7 @@ def solve_ilp(
             share = max(_CUT_TIME_SHARE * (float(time_limit_s) - (time.perf_counter() - start)), 0.05)
         sf, cut_bound, stats["cuts"] = _strengthen(sf, backend, threads, share,
                                                    lps=relaxation[2] if reuse else None)
+        x_root = stats["cuts"].pop("x", None)
         if cut_bound is not None:
             proven = _proven_bound(graph, max(cut_bound, base_cost))
             lp_bound = proven if lp_bound is None else max(lp_bound, proven)
@@ -448,6 +519,17 @@ def solve_ilp(
             done = proven_optimal()
             if done is not None:
                 return done
+        if x_root is not None and backend == "highs" and not isinstance(warm_start, Schedule) and warm_start:
+            # RENS around the strengthened LP point: a better start for the search, or the optimum itself
+            cap = _RENS_TIME_S
+            if time_limit_s is not None:
+                cap = min(cap, max(_RENS_TIME_SHARE * (float(time_limit_s) - (time.perf_counter() - start)), 0.05))
+            found, found_cost, stats["rens"] = _rens(graph, sf, x_root, budget_bytes, cap, threads)
+            if found is not None and (warm is None or found_cost < stats["warm_start_cost"] - 1e-9):
+                warm, stats["warm_start_method"], stats["warm_start_cost"] = found, "rens", found_cost
+                done = proven_optimal()
+                if done is not None:
+                    return done
     stats["size"] = sf.size()
 
     if warm is not None and time_limit_s is not None and time.perf_counter() - start >= float(time_limit_s):
@@ -472,13 +554,13 @@ def solve_ilp(
         limit = max(float(time_limit_s) - (time.perf_counter() - start), 0.05)
     t0 = time.perf_counter()
     options = dict(solver_options or {})
-    if search in ("branch-and-cut", "portfolio") and x0 is None:
+    if search == "branch-and-cut" and x0 is None:
         # without a schedule nothing is cut off until a dive finds one, and a program whose LP is feasible
-        # but that has no schedule would be enumerated: the MILP solver proves that by propagation
+        # but that has no schedule would be enumerated: the MILP solver proves that by propagation (in the
+        # portfolio it runs beside branch-and-cut, whose dives then look for a first schedule)
         log.info("ilp: no schedule to start branch-and-cut from; the MILP solver runs alone")
         stats["search"] = "milp (no schedule to start branch-and-cut from)"
-        if search == "branch-and-cut":
-            options = {}
+        options = {}
         search = "milp"
     if search == "portfolio":
         from .portfolio import race
@@ -515,23 +597,7 @@ def solve_ilp(
                            message=f"the solver proved that no schedule fits {budget_bytes} bytes")
 
     # ---------------------------------------------------------------- decode and check
-    schedule, cost = None, None
-    if out.x is not None:
-        schedule = sf.decode(out.x)
-        sim = simulate(graph, schedule, timeline=False)
-        if sim.peak_memory_bytes > budget_bytes:
-            # only within the solver's feasibility tolerance: the canonical form never uses more memory
-            from ..formulation import canonical_schedule
-
-            R, S = canonical_schedule(graph, schedule.S)
-            schedule = Schedule(R, S)
-            sim = simulate(graph, schedule, timeline=False)
-            if sim.peak_memory_bytes > budget_bytes:
-                log.warning("ilp: solver solution needs %d bytes > budget %d (tolerance); discarded",
-                            sim.peak_memory_bytes, budget_bytes)
-                schedule = None
-        if schedule is not None:
-            cost = sim.total_cost
+    schedule, cost = (None, None) if out.x is None else _decoded(graph, sf, out.x, budget_bytes)
     if warm is not None and (cost is None or stats["warm_start_cost"] < cost - 1e-9):
         schedule, cost = warm, stats["warm_start_cost"]
         stats["returned_warm_start"] = True

@@ -9,6 +9,18 @@ its MIP callback; when HiGHS finishes first, the child is killed. At a time
 limit, the cheaper incumbent and the higher bound of the two (both bounds
 are valid for the same program) are returned.
 
+The two searches also pass each other their schedules while they run
+(:class:`_Mailbox`): branch-and-cut's depth-first dives usually find a cheap
+schedule within seconds, which HiGHS takes through its user-solution
+callback (its reduced-cost fixing and restarts then start early); HiGHS's
+improving solutions tighten branch-and-cut's cutoff. (With its presolve on,
+HiGHS may drop an outside solution that its reductions removed from the
+presolved program; with it off it takes every one, but it was slower on
+the benchmark chains, so presolve stays on: ``docs/formulation.rst``,
+section *Portfolio*.)
+Without a schedule to start from, branch-and-cut still runs: its dives look
+for one while HiGHS proves infeasibility if there is none.
+
 The child is a fresh interpreter (``python -m remat_core.solvers._portfolio_worker``)
 rather than a ``multiprocessing`` process: forking a process that runs solver
 threads is unsafe, and the *spawn* start method re-imports the caller's main
@@ -54,13 +66,54 @@ def _package_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+class _Mailbox:
+    """One file through which one search hands its latest schedule to the other.
+
+    ``post`` replaces the file atomically (a reader never sees half of it);
+    ``fetch`` returns ``(objective, x)`` when the file changed since the last
+    fetch, else None, at the cost of one ``stat`` call.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self._seen: tuple[int, int] | None = None
+        self._posted = 0
+
+    def post(self, objective: float, x: np.ndarray) -> None:
+        self._posted += 1
+        part = f"{self.path}.{self._posted}.part"
+        with open(part, "wb") as f:
+            np.save(f, np.concatenate([[float(objective)], np.asarray(x, dtype=np.float64)]))
+        os.replace(part, self.path)
+
+    def fetch(self) -> tuple[float, np.ndarray] | None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        stamp = (st.st_mtime_ns, st.st_ino)
+        if stamp == self._seen:
+            return None
+        try:
+            with open(self.path, "rb") as f:
+                data = np.load(f)
+        except (OSError, ValueError, EOFError):   # replaced while we opened it: read it next time
+            return None
+        self._seen = stamp
+        return float(data[0]), data[1:]
+
+
+_TO_MILP, _TO_BC = "to_milp.npy", "to_branch_and_cut.npy"   # mailbox file names in the job directory
+
+
 class _Child:
     """The branch-and-cut process: started at once, polled without blocking, always reaped."""
 
-    def __init__(self, sf: StandardForm, start: np.ndarray, deadline_epoch: float | None,
+    def __init__(self, sf: StandardForm, start: np.ndarray | None, deadline_epoch: float | None,
                  mip_rel_gap: float | None, options: dict[str, Any]):
         self.dir = tempfile.mkdtemp(prefix="remat-portfolio-")
         job, self.result = os.path.join(self.dir, "job.pkl"), os.path.join(self.dir, "result.pkl")
+        self.inbox, self.outbox = _Mailbox(os.path.join(self.dir, _TO_MILP)), _Mailbox(os.path.join(self.dir, _TO_BC))
         with open(job, "wb") as f:
             pickle.dump(dict(sf=sf, start=start, deadline_epoch=deadline_epoch, mip_rel_gap=mip_rel_gap,
                              options=options), f, protocol=pickle.HIGHEST_PROTOCOL)
@@ -124,15 +177,18 @@ def _combine(milp: BackendResult, bc: BackendResult | None) -> BackendResult:
                          objective=None if best is None else best.objective, bound=bound, stats=dict(milp.stats))
 
 
-def race(sf: StandardForm, start: np.ndarray, *, time_limit_s: float | None, mip_rel_gap: float | None,
+def race(sf: StandardForm, start: np.ndarray | None, *, time_limit_s: float | None, mip_rel_gap: float | None,
          threads: int | None, verbose: bool, milp_options: dict[str, Any] | None,
          bc_options: dict[str, Any] | None = None) -> tuple[BackendResult, dict[str, Any]]:
     """HiGHS's MILP on ``sf`` here and branch-and-cut from ``start`` in a child process, until one proves.
 
     Returns the result (the prover's, or both combined at a time limit) and
-    ``details``: ``winner`` (``"milp"``, ``"branch-and-cut"`` or None) and
-    each search's status, seconds and nodes. A child that fails (cannot
-    start, raises) only leaves the MILP running alone (``details["error"]``).
+    ``details``: ``winner`` (``"milp"``, ``"branch-and-cut"`` or None), each
+    search's status, seconds and nodes, and how many schedules each passed
+    to the other (``"to_milp"``, ``"to_branch_and_cut"``; the latter as
+    counted by branch-and-cut: the ones cheaper than its own). A child that
+    fails (cannot start, raises) only leaves the MILP running alone
+    (``details["error"]``).
     """
     from .backends.highs import solve as highs_solve
 
@@ -150,9 +206,20 @@ def race(sf: StandardForm, start: np.ndarray, *, time_limit_s: float | None, mip
             got = child.poll() if child is not None else None
             return got is not None and got[0] == "ok" and got[1].status in _PROOFS
 
+        details["to_milp"] = 0
+
+        def supply(primal_bound: float) -> np.ndarray | None:
+            got = child.inbox.fetch()
+            if got is None or not got[0] < primal_bound - 1e-9 or got[1].shape != (sf.n_cols,):
+                return None
+            details["to_milp"] += 1
+            return got[1]
+
         milp = highs_solve(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, sf.integrality,
                            time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap, threads=threads, verbose=verbose,
-                           start=start, options=milp_options or None, interrupt=proved if child else None)
+                           start=start, options=milp_options or None,
+                           interrupt=proved if child else None, supply=supply if child else None,
+                           report=child.outbox.post if child else None)
         details["milp"] = {"status": milp.stats.get("backend_status"), "time_s": time.perf_counter() - t0,
                            "nodes": milp.stats.get("nodes")}
         if milp.status in _PROOFS or child is None:
@@ -169,6 +236,7 @@ def race(sf: StandardForm, start: np.ndarray, *, time_limit_s: float | None, mip
         bc = got[1]
         details["branch_and_cut"] = {"status": bc.stats.get("backend_status"), "time_s": bc.stats.get("time_s"),
                                      "nodes": bc.stats.get("nodes")}
+        details["to_branch_and_cut"] = bc.stats.get("received_incumbents", 0)
         if bc.status in _PROOFS:
             details["winner"] = "branch-and-cut"
             return bc, details

@@ -174,3 +174,104 @@ def test_separation_rounds_keep_their_time_limit():
     full, full_bound, full_stats = _strengthen(sf, "highs", 1, None)
     assert full_stats["rounds"] >= 2 and full_bound > full_stats["lp_bound_before"] + 1
     assert full.n_rows == sf.n_rows + full_stats["rows"]
+
+
+# ---------------------------------------------------------------- lifted cover inequalities
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_every_schedule_within_budget_satisfies_every_cover_inequality(data):
+    """Covers of the knapsack rows hold at every schedule that fits the budget, at any separation point."""
+    from remat_core import simulate
+    from remat_core.formulation.cuts import cover_inequalities
+
+    g = data.draw(dags(min_nodes=4, max_nodes=10))
+    sched = Schedule(*canonical_schedule(g, data.draw(valid_schedules(g, extra=False)).S))
+    budget = simulate(g, sched).peak_memory_bytes               # the tightest budget this schedule fits
+    sf = build_milp(g, budget, "strong")
+    if sf.n_cols == 0:                                          # nothing is ever kept: no rows to separate
+        return
+    x_sched = sf.encode(sched)
+    seed = data.draw(st.integers(0, 2 ** 32 - 1))
+    for x in (_lp(sf).x, np.random.default_rng(seed).random(sf.n_cols)):
+        if x is None:
+            continue
+        rows, rhs, viol = cover_inequalities(sf, x, max_cuts=10 ** 6, tol=-np.inf)
+        assert np.all(rows @ x_sched <= rhs + 1e-9), (rows @ x_sched, rhs)
+        np.testing.assert_allclose(rows @ x - rhs, viol, atol=1e-9)
+
+
+def test_lifting_is_exact_and_valid():
+    """Each lifted coefficient is the largest valid one given the earlier items (brute force), with real sizes,
+    and the lifted row holds at every 0/1 point of the knapsack."""
+    import itertools
+
+    from remat_core.formulation.cuts import _lift
+
+    rng = np.random.default_rng(7)
+    for _ in range(60):
+        n = int(rng.integers(3, 9))
+        w = np.round(rng.uniform(0.5, 6.0, n), 3)
+        cap = float(np.round(rng.uniform(0.3, 0.8) * w.sum(), 3))
+        order = rng.permutation(n).tolist()
+        cover, total = [], 0.0
+        for j in order:
+            cover.append(j)
+            total += w[j]
+            if total > cap:
+                break
+        if total <= cap or len(cover) < 2:
+            continue
+        rest = [j for j in order if j not in cover]
+        alpha, rhs = _lift(w, cap, cover, rest, 1e-9)
+        assert rhs == len(cover) - 1 and np.all(alpha[cover] == 1)
+        for pos, k in enumerate(rest):
+            done = cover + rest[:pos]
+            best = max(sum(alpha[j] for j in sub) for r in range(len(done) + 1)
+                       for sub in itertools.combinations(done, r)
+                       if sum(w[j] for j in sub) <= cap - w[k] + 1e-9) if w[k] <= cap + 1e-9 else -np.inf
+            assert alpha[k] == (rhs if best == -np.inf else rhs - best), (k, alpha, w, cap)
+        for y in itertools.product((0, 1), repeat=n):
+            if np.dot(w, y) <= cap + 1e-9:
+                assert np.dot(alpha, y) <= rhs
+
+
+def test_covers_raise_the_root_bound_and_keep_the_optimum():
+    """random(10 layers, seed 4) at 54 units: the path inequalities alone leave 202.2, the covers lift the root
+    LP above 204 (the optimum is 206); no row cuts off an optimal schedule."""
+    from remat_core.formulation.cuts import cover_inequalities
+
+    g, budget = random_training_graph(10, 2, seed=4), 54
+    sf = build_milp(g, budget, "strong")
+    seq = lp_sequence("highs")
+    out = seq.solve(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi)
+    for _ in range(5):
+        rows, _ = path_inequalities(sf, out.x)
+        if rows.shape[0] == 0:
+            break
+        out = seq.add_rows(rows, np.ones(rows.shape[0]), np.full(rows.shape[0], np.inf))
+        sf = with_rows(sf, rows, np.ones(rows.shape[0]), np.full(rows.shape[0], np.inf), "path_inequalities")
+    paths_only = out.objective + sf.objective_offset
+    rows, rhs, viol = cover_inequalities(sf, out.x)
+    assert rows.shape[0] > 0 and np.all(viol > 0) and np.all(np.diff(viol) <= 1e-12)
+    assert np.all(rows.data == np.round(rows.data)) and np.all(rows.data >= 1)
+    covered = _lp(with_rows(sf, rows, np.full(rows.shape[0], -np.inf), rhs, "cover_inequalities"))
+    assert paths_only < 202.5 and covered.objective + sf.objective_offset > 204.0
+    best = solve(g, budget, method="ilp", search="milp")
+    assert best.status is SolveStatus.OPTIMAL and best.objective == 206
+    assert np.all(rows @ sf.encode(best.schedule) <= rhs + 1e-9)
+
+
+def test_cover_separation_without_knapsack_rows_and_bad_arguments():
+    from remat_core.formulation.cuts import cover_inequalities
+
+    sf = build_milp(linear_graph(6), 4, "strong")        # equal sizes: no knapsack rows, nothing to separate
+    assert "knapsack" not in sf.row_families or sf.row_families["knapsack"] == 0
+    rows, rhs, viol = cover_inequalities(sf, np.full(sf.n_cols, 0.5))
+    assert rows.shape == (0, sf.n_cols) and len(rhs) == len(viol) == 0
+    with pytest.raises(ValueError, match="max_cuts"):
+        cover_inequalities(sf, np.zeros(sf.n_cols), max_cuts=0)
+    with pytest.raises(ValueError, match="`x`"):
+        cover_inequalities(sf, np.zeros(3))
+    with pytest.raises(ValueError, match="strong"):
+        cover_inequalities(build_milp(linear_graph(3), 4, "paper"), np.zeros(1))

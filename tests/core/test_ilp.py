@@ -99,7 +99,7 @@ def test_warm_start_and_stats():
         assert res.stats["size"]["formulation"] == "strong"
     for key in keys:
         assert key in res.stats, key
-    assert res.stats["warm_start_method"] in __import__("remat_core").available_methods()
+    assert res.stats["warm_start_method"] in __import__("remat_core").available_methods() + ["rens"]
     assert res.stats["warm_start_cost"] >= res.objective and res.stats["gap"] == pytest.approx(0.0, abs=1e-4)
     # a given schedule is used as it is
     given_ = solve(g, 4, method="lp-rounding").schedule
@@ -120,7 +120,10 @@ def test_never_worse_than_lp_rounding_under_a_time_limit():
     # below 120 nodes the warm start's local search is short (the MILP goes on from it)
     short = solve(g, budget, method="lp-rounding", time_limit_s=60,
                   polish_evals=ilp_module._WARM_START_POLISH_EVALS)
-    assert res.stats["warm_start_method"] == "lp-rounding" and res.stats["warm_start_cost"] == short.objective
+    # the start is lp-rounding's, unless RENS after the root rounds found a cheaper one
+    assert res.stats["warm_start_cost"] <= short.objective
+    assert res.stats["warm_start_method"] == "lp-rounding" or (
+        res.stats["warm_start_method"] == "rens" and res.stats["rens"]["cost"] < short.objective)
     assert res.success and res.objective <= min(lp.objective, short.objective)
     # a tiny limit is kept: the warm start is returned if lp-rounding's LP finished within its share,
     # otherwise (a slow or loaded machine) there is honestly no schedule, since no heuristic fits here
@@ -385,3 +388,33 @@ def test_cbc_lp_solves_print_nothing_unless_verbose(capfd):
     assert capfd.readouterr().out != ""
     print("still printing")   # file descriptor 1 is restored
     assert capfd.readouterr().out == "still printing\n"
+
+
+def test_rens_improves_the_start_within_budget_and_time():
+    """RENS around the strengthened root LP point: a schedule within budget, costed by the simulator, no worse
+    than lp-rounding's without local search; a short limit is kept."""
+    ilp = importlib.import_module("remat_core.solvers.ilp")
+    for g, budget in [(random_training_graph(10, 2, seed=4), 54), (random_training_graph(16, 2, seed=8), 69)]:
+        sf, _bound, stats = ilp._strengthen(build_milp(g, budget, "strong"), "highs", 1, None)
+        x = stats["x"]
+        start = solve(g, budget, method="lp-rounding", polish_evals=0)
+        found, cost, info = ilp._rens(g, sf, x, budget, 5.0, 1)
+        assert found is not None and info["free_keeps"] > 0
+        sim = simulate(g, found)
+        assert sim.peak_memory_bytes <= budget and sim.total_cost == cost == info["cost"]
+        assert cost <= start.objective
+        t0 = time.perf_counter()
+        ilp._rens(g, sf, x, budget, 0.01, 1)
+        assert time.perf_counter() - t0 < 2.0
+
+
+def test_rens_and_the_root_bound_prove_without_a_search():
+    """random(16 layers, seed 8) at 69: the root rounds bound the cost at 251 and RENS finds a schedule of 251,
+    so no MILP runs; with ``warm_start=False`` (no RENS) the search proves the same optimum."""
+    g, budget = random_training_graph(16, 2, seed=8), 69
+    res = solve(g, budget, method="ilp")
+    assert res.status is SolveStatus.OPTIMAL and res.objective == 251 and res.lower_bound == 251
+    assert res.stats["milp_skipped"] and res.stats["warm_start_method"] == "rens"
+    assert res.stats["rens"]["cost"] == 251 and res.stats["cuts"]["cover_rows"] > 0
+    plain = solve(g, budget, method="ilp", warm_start=False)
+    assert plain.status is SolveStatus.OPTIMAL and plain.objective == 251 and "rens" not in plain.stats

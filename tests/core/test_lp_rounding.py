@@ -122,3 +122,13 @@ def test_allowance_lps_restart_from_the_last_basis_and_match_cold_solves():
         cold = solve_arrays("highs", sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi,
                             np.zeros_like(sf.integrality))
         assert value == pytest.approx(cold.objective + sf.objective_offset, rel=1e-9), a
+
+
+def test_repair_finds_a_schedule_at_a_tight_budget_without_the_local_search():
+    """random(16 layers, seed 6) at 77 units: no rounding fits; the repair needs several thousand evaluations
+    (it gave up after the 1000 it had when ``polish_evals=0`` before), whether or not the local search runs."""
+    g, budget = random_training_graph(16, 2, seed=6), 77
+    for evals in (0, 50000):
+        res = solve(g, budget, method="lp-rounding", polish_evals=evals)
+        assert res.success and res.peak_memory_bytes <= budget, (evals, res.message)
+        assert res.stats["candidate"].startswith("repaired rounding")

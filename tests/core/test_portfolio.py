@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from canonical import CASES, graph
 
-from remat_core import SolveStatus, simulate, solve
+from remat_core import SolveStatus, checkpoint_all_peak_bytes, simulate, solve
 from remat_core.formulation import build_milp
 from remat_core.solvers import portfolio
 from remat_core.solvers.backends import BackendResult
@@ -117,3 +117,116 @@ def test_auto_picks_the_portfolio_only_with_two_cores(monkeypatch):
     assert res.stats["portfolio"]["winner"] in ("milp", "branch-and-cut")
     with pytest.raises(ValueError, match="backend='highs' and formulation='strong'"):
         solve(g, 4, method="ilp", search="portfolio", formulation="paper")
+
+
+def test_mailbox_hands_over_each_post_once(tmp_path):
+    box = portfolio._Mailbox(str(tmp_path / "box.npy"))
+    reader = portfolio._Mailbox(box.path)
+    assert reader.fetch() is None                     # nothing posted yet
+    box.post(12.5, np.array([0.0, 1.0, 1.0]))
+    got = reader.fetch()
+    assert got[0] == 12.5 and got[1].tolist() == [0.0, 1.0, 1.0]
+    assert reader.fetch() is None                     # the same post is not handed over twice
+    box.post(11.0, np.array([1.0, 0.0, 0.0]))
+    assert reader.fetch()[0] == 11.0
+    assert not list(tmp_path.glob("*.part"))          # written under a temporary name, then renamed
+
+
+@pytest.fixture(scope="module")
+def chain8():
+    """linear(8) at 4 units: the strong program and REVOLVE's schedule (cost 26, the optimum)."""
+    g, budget = linear_graph(8), 4
+    sf = build_milp(g, budget, "strong")
+    best = solve(g, budget, method="griewank-logn")
+    assert best.objective == 26
+    return g, budget, sf, sf.encode(best.schedule)
+
+
+def test_highs_takes_a_supplied_schedule(chain8):
+    """With presolve off, a schedule supplied through the user-solution callback becomes HiGHS's incumbent:
+    the primal bound it polls with next is that schedule's objective."""
+    from remat_core.solvers.backends.highs import solve as highs_solve
+
+    _g, _budget, sf, x = chain8
+    seen = []
+
+    def supply(primal_bound):
+        seen.append(primal_bound)
+        return x if primal_bound > 26 - sf.objective_offset + 1e-9 else None
+
+    out = highs_solve(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, sf.integrality,
+                      options={"presolve": "off"}, supply=supply)
+    assert out.status is SolveStatus.OPTIMAL and out.objective + sf.objective_offset == pytest.approx(26)
+    assert seen[0] == np.inf and seen[1] == 26 - sf.objective_offset, seen   # taken at once, not found later
+
+
+def test_highs_reports_its_improving_schedules(chain8):
+    from remat_core.solvers.backends.highs import solve as highs_solve
+
+    g, budget, sf, _x = chain8
+    found = []
+    out = highs_solve(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, sf.integrality,
+                      report=lambda objective, x: found.append((objective, x)))
+    assert out.status is SolveStatus.OPTIMAL and found
+    assert [o for o, _ in found] == sorted((o for o, _ in found), reverse=True)   # each one cheaper
+    for objective, x in found:
+        sim = simulate(g, sf.decode(x))
+        assert sim.peak_memory_bytes <= budget and sim.total_cost == pytest.approx(objective + sf.objective_offset)
+    assert found[-1][0] == pytest.approx(out.objective)
+
+
+def test_branch_and_cut_shares_what_it_finds_and_takes_what_it_receives(chain8):
+    from remat_core.solvers.branch_and_cut import branch_and_cut
+
+    g, budget, sf, x_opt = chain8
+    rotor = solve(g, budget, method="rotor")             # fits, costs 44
+    shared = []
+    out = branch_and_cut(sf, start=sf.encode(rotor.schedule), share=lambda o, x: shared.append((o, x.copy())))
+    assert out.status is SolveStatus.OPTIMAL and out.objective + sf.objective_offset == 26
+    assert shared and shared[-1][0] + sf.objective_offset == 26      # the start itself is not shared
+    for objective, x in shared:
+        cost = simulate(g, sf.decode(x)).total_cost
+        assert cost == pytest.approx(objective + sf.objective_offset) and cost < 44
+    # a schedule received at the first node becomes the incumbent: nothing cheaper is left to share
+    polls, shared = [], []
+    out = branch_and_cut(sf, start=sf.encode(rotor.schedule), share=lambda o, x: shared.append(o),
+                         receive=lambda: polls.append(1) or (x_opt if len(polls) == 1 else None))
+    assert out.status is SolveStatus.OPTIMAL and out.stats["received_incumbents"] == 1 and shared == []
+
+
+def test_the_worker_exchanges_schedules_through_the_mailboxes(chain8, tmp_path):
+    """The child process's main, run here: it takes the schedule posted for it and posts what it finds."""
+    import pickle
+
+    from remat_core.solvers import _portfolio_worker
+
+    g, budget, sf, x_opt = chain8
+    job, result = tmp_path / "job.pkl", tmp_path / "result.pkl"
+    with open(job, "wb") as f:
+        pickle.dump(dict(sf=sf, start=None, deadline_epoch=None, mip_rel_gap=1e-4, options={}), f)
+    assert _portfolio_worker.main(["worker", str(job), str(result)]) == 0
+    status, out = pickle.load(open(result, "rb"))
+    assert status == "ok" and out.status is SolveStatus.OPTIMAL and out.stats["received_incumbents"] == 0
+    posted = portfolio._Mailbox(str(tmp_path / portfolio._TO_MILP)).fetch()   # its last find, for HiGHS
+    assert posted is not None and posted[0] + sf.objective_offset == 26
+    assert simulate(g, sf.decode(posted[1])).peak_memory_bytes <= budget
+    # a schedule posted for it before it starts: taken at its first node
+    (tmp_path / portfolio._TO_MILP).unlink()
+    portfolio._Mailbox(str(tmp_path / portfolio._TO_BC)).post(26 - sf.objective_offset, x_opt)
+    assert _portfolio_worker.main(["worker", str(job), str(result)]) == 0
+    status, out = pickle.load(open(result, "rb"))
+    assert status == "ok" and out.status is SolveStatus.OPTIMAL and out.stats["received_incumbents"] == 1
+    assert not (tmp_path / portfolio._TO_MILP).exists()    # nothing cheaper than what it received
+
+
+def test_without_a_warm_start_both_searches_run():
+    """No schedule to start from: the portfolio still runs branch-and-cut beside HiGHS (its dives look for a
+    schedule); on a budget whose LP is feasible but that holds no schedule, HiGHS proves it."""
+    res = solve(linear_graph(8), 4, method="ilp", search="portfolio", warm_start=False)
+    assert res.stats["search"] == "portfolio" and res.status is SolveStatus.OPTIMAL and res.objective == 26
+    base = random_training_graph(4, 2, seed=5)
+    g = base.replace(cost=base.cost * 1.37 + 0.11)
+    budget = (2 * g.min_budget_lower_bound_bytes() + checkpoint_all_peak_bytes(g)) // 3
+    res = solve(g, budget, method="ilp", search="portfolio")
+    assert res.status is SolveStatus.INFEASIBLE and res.stats["search"] == "portfolio"
+    assert res.stats["portfolio"]["winner"] == "milp"
