@@ -63,6 +63,7 @@ class _Search:
 def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_limit_s: float | None = None,
                    mip_rel_gap: float | None = 1e-4, threads: int | None = None, verbose: bool = False,
                    node_limit: int | None = None, cut_rounds: int = 5, cuts_per_round: int = 200,
+                   cover_rows: bool = False,
                    share: Callable[[float, np.ndarray], None] | None = None,
                    receive: Callable[[], np.ndarray | None] | None = None,
                    ) -> BackendResult:
@@ -92,6 +93,13 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
         Stop after this many nodes.
     cut_rounds, cuts_per_round : int
         Separation rounds per node and rows per round.
+    cover_rows : bool
+        Keep the lifted cover rows of ``ilp``'s root rounds in the LPs. They
+        tighten every node's bound, which closes small gaps in fewer nodes
+        (random(10 layers, seed 7) at 59: 11 nodes instead of 157), but they
+        also move the LP optima, and on long searches the dives go astray
+        (random(16 layers, seed 3) at 87: 969 nodes instead of 583); off by
+        default, on in the portfolio's short first search.
     share, receive : callable, optional
         For a search running beside this one (:mod:`~remat_core.solvers.portfolio`):
         ``share(objective, x)`` is called with every cheaper schedule this
@@ -137,7 +145,9 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
     # its LP optima sat on other vertices: random(10) at 60 took 305 nodes instead of 20 (docs/formulation.rst).
     # The lifted cover rows of ilp's root rounds likewise: with them random(16, seed 3) at 87 took 969 nodes
     # (109 s) instead of 583 (50 s), and separated at every node too, it had not proved it in 120 s.
-    lp = without_family(without_family(sf, "knapsack"), "cover_inequalities")
+    lp = without_family(sf, "knapsack")
+    if not cover_rows:
+        lp = without_family(lp, "cover_inequalities")
     h = highspy.Highs()
     _configure(h, None, None, threads, False, None)
     _pass_model(h, lp.c, sp.csc_array(lp.A), lp.row_lo, lp.row_hi, lo0, hi0, np.zeros(sf.n_cols, np.int32))

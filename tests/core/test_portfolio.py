@@ -114,7 +114,7 @@ def test_auto_picks_the_portfolio_only_with_two_cores(monkeypatch):
     monkeypatch.setattr(portfolio, "cpu_count", lambda: 2)
     res = solve(g, 4, method="ilp")
     assert res.stats["search"] == "portfolio" and res.status is SolveStatus.OPTIMAL and res.objective == 26
-    assert res.stats["portfolio"]["winner"] in ("milp", "branch-and-cut")
+    assert res.stats["portfolio"]["winner"] in ("milp", "branch-and-cut", "quick branch-and-cut")
     with pytest.raises(ValueError, match="backend='highs' and formulation='strong'"):
         solve(g, 4, method="ilp", search="portfolio", formulation="paper")
 
@@ -230,3 +230,22 @@ def test_without_a_warm_start_both_searches_run():
     res = solve(g, budget, method="ilp", search="portfolio")
     assert res.status is SolveStatus.INFEASIBLE and res.stats["search"] == "portfolio"
     assert res.stats["portfolio"]["winner"] == "milp"
+
+
+def test_a_short_search_in_this_process_comes_first(chain8):
+    """While the child starts, branch-and-cut runs here with a node limit: linear(8) at 4 from rotor's schedule
+    (44) is proved there; a search it cannot finish (linear(12) at 5) hands its cheapest schedule on."""
+    g, budget, sf, _x = chain8
+    rotor = solve(g, budget, method="rotor")
+    out, details = portfolio.race(sf, sf.encode(rotor.schedule), time_limit_s=60, mip_rel_gap=1e-4, threads=None,
+                                  verbose=False, milp_options=None)
+    assert details["winner"] == "quick branch-and-cut" and "milp" not in details
+    assert out.status is SolveStatus.OPTIMAL and out.objective + sf.objective_offset == 26
+    assert details["quick"]["nodes"] <= portfolio._QUICK_NODES
+    g12 = linear_graph(12)
+    sf12 = _strengthen(build_milp(g12, 5, "strong"), "highs", 1, None)[0]
+    start = solve(g12, 5, method="rotor")
+    out, details = portfolio.race(sf12, sf12.encode(start.schedule), time_limit_s=120, mip_rel_gap=1e-4,
+                                  threads=None, verbose=False, milp_options=None)
+    assert "limit" in details["quick"]["status"] and details["winner"] in ("milp", "branch-and-cut")
+    assert out.status is SolveStatus.OPTIMAL and out.objective + sf12.objective_offset == 37

@@ -60,6 +60,17 @@ def _configure(h, time_limit_s, mip_rel_gap, threads, verbose, options) -> None:
             raise ValueError(f"HiGHS rejected option {key!r} = {value!r}")
 
 
+def check_options(options) -> None:
+    """Raise ``ValueError`` naming the first of ``options`` that HiGHS rejects (unknown name or bad value)."""
+    import highspy
+
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    for key, value in (options or {}).items():
+        if h.setOptionValue(key, value) != highspy.HighsStatus.kOk:
+            raise ValueError(f"HiGHS rejected option {key!r} = {value!r}")
+
+
 def _pass_model(h, c, csc, row_lo, row_hi, col_lo, col_hi, integrality) -> None:
     import highspy
 
