@@ -3,8 +3,8 @@
 The formulation (:mod:`remat_core.formulation`) turns the graph into sparse
 standard-form arrays; a backend (:mod:`remat_core.solvers.backends`) solves
 them; the solution is decoded to a schedule and simulated. The best schedule
-of the registered heuristics and of lp-rounding warm-starts the solver, so
-that ``ilp`` never returns a schedule worse than theirs.
+of the registered heuristics, of lp-rounding and of RENS warm-starts the
+solver, so that ``ilp`` never returns a schedule worse than theirs.
 """
 
 from __future__ import annotations
@@ -172,9 +172,10 @@ def _strengthen(sf, backend: str, threads: int | None, time_limit_s: float | Non
     restarts from its basis (the root LP that lp-rounding went on from).
 
     Returns ``(program, LP bound with the rows or None, stats)``; the stats
-    hold the last LP point too (``"x"``), where lp-rounding's second chance
-    and RENS (:func:`_rens`) start.
+    hold the last LP point too (``"x"``), where RENS (:func:`_rens`) starts.
     """
+    import scipy.sparse as sp
+
     from ..formulation.cuts import cover_inequalities, path_inequalities, with_rows
     from .backends import lp_sequence
 
@@ -198,8 +199,6 @@ def _strengthen(sf, backend: str, threads: int | None, time_limit_s: float | Non
         c_rows, c_rhs, _viol = cover_inequalities(sf, x, _CUTS_PER_ROUND)
         if p_rows.shape[0] + c_rows.shape[0] == 0:
             break
-        import scipy.sparse as sp
-
         paths.append(p_rows)
         covers.append(c_rows)
         cover_rhs.append(c_rhs)
@@ -214,8 +213,6 @@ def _strengthen(sf, backend: str, threads: int | None, time_limit_s: float | Non
             break   # cut short: the rows stay (they are valid), the bound is the last one solved
         bound, x = out.objective + sf.objective_offset, out.x
     if stats["rows"]:
-        import scipy.sparse as sp
-
         if stats["path_rows"]:
             rows = sp.vstack(paths).tocsr()
             sf = with_rows(sf, rows, np.ones(rows.shape[0]), np.full(rows.shape[0], np.inf), "path_inequalities")
@@ -360,8 +357,13 @@ def solve_ilp(
         result is never worse than theirs. The strong LP relaxation is solved before
         lp-rounding: when it proves the best heuristic schedule optimal
         (its bound rounded up when every cost is an integer), that schedule
-        is returned as ``OPTIMAL`` and neither lp-rounding nor the MILP runs. A
-        :class:`~remat_core.Schedule`: start from it. ``False``: from nothing.
+        is returned as ``OPTIMAL`` and neither lp-rounding nor the MILP runs.
+        On graphs of up to 120 nodes, after the root rounds (``cuts``), RENS
+        (:func:`_rens`: the MILP around the strengthened LP point, at most
+        1 s and a tenth of what is left of ``time_limit_s``) may supply a
+        cheaper start, which the strengthened bound may prove optimal too. A
+        :class:`~remat_core.Schedule`: start from it (no RENS). ``False``:
+        from nothing.
     solver_options : dict, optional
         Options passed to the solver library under its own names (for
         example ``{"mip_heuristic_effort": 0.2}`` for HiGHS). With HiGHS and
@@ -369,10 +371,11 @@ def solve_ilp(
         (see ``docs/formulation.rst``); what is given here overrides it.
     cuts : bool
         Strengthen the strong formulation (graphs of up to 120 nodes) with
-        the path inequalities its LP relaxation violates
-        (:mod:`remat_core.formulation.cuts`), separated in rounds at the root
-        with up to a quarter of what is left of ``time_limit_s``, before the
-        MILP starts. Their LP bound alone may prove the warm start optimal.
+        the path inequalities and lifted cover inequalities its LP
+        relaxation violates (:mod:`remat_core.formulation.cuts`), separated
+        in rounds at the root with up to a quarter of what is left of
+        ``time_limit_s``, before the MILP starts. Their LP bound alone may
+        prove the warm start optimal.
     search : {"auto", "milp", "branch-and-cut", "portfolio"}
         ``"milp"``: the backend's MILP solver. ``"branch-and-cut"``: our own
         search (:func:`remat_core.solvers.branch_and_cut.branch_and_cut`,
@@ -385,10 +388,12 @@ def solve_ilp(
         ``cuts_per_round``. ``"portfolio"``: both at once
         (:mod:`remat_core.solvers.portfolio`), HiGHS's MILP in this process
         and branch-and-cut in a child process on another core, passing each
-        other the schedules they find; the first to prove wins and the other
+        other the schedules they find, after a short branch-and-cut in this
+        process while the child starts; the first to prove wins and the other
         is stopped (at a time limit, the better schedule and the higher bound
-        of the two); ``solver_options`` go to HiGHS. ``"auto"`` (default): ``"portfolio"`` with HiGHS and the
-        strong formulation on graphs of up to 120 nodes when two cores are
+        of the two); ``solver_options`` go to HiGHS. ``"auto"`` (default):
+        ``"portfolio"`` with HiGHS and the strong formulation on graphs of up
+        to 120 nodes when two cores are
         available (``threads`` unset and at least two CPUs, or ``threads >=
         2``, HiGHS then getting one fewer), else ``"milp"``; pass
         ``threads=1`` or ``search="milp"`` for one process and a
