@@ -4,12 +4,14 @@ Instances: the issue's three linear graphs (``linear_graph(8)`` at 4 units,
 ``(16)`` at 6, ``(24)`` at 8; unit costs and sizes) and seeded random training
 graphs of similar sizes at a tight budget. Each instance is solved six
 times, one after the other in this process: ``formulation="paper"`` and
-``formulation="strong"`` without warm start (the formulations alone; the strong
-one with and without its path inequalities), the
-``ilp`` method's default (heuristics, the strong LP bound, lp-rounding, then, warm-started, the
-portfolio of HiGHS's MILP and our branch-and-cut on two cores), the same with ``search="milp"`` (HiGHS
-alone) and with ``search="branch-and-cut"`` (our search alone). The root
-LP bound of each formulation is reported too.
+``formulation="strong"`` without warm start, HiGHS alone (the formulations
+alone; the strong one with and without its root rounds of path and cover
+inequalities), the ``ilp`` method's default (heuristics, the strong LP bound,
+lp-rounding, root rounds, RENS, then, warm-started, the portfolio of HiGHS's
+MILP and our branch-and-cut on two cores), the same with ``search="milp"``
+(HiGHS alone) and with ``search="branch-and-cut"`` (our search alone). The
+root LP bound of each formulation is reported too. ``bench_ilp_random.py``
+widens the random side to 15 instances.
 
     python benchmarks/bench_ilp.py            # all instances, 1800 s limit per solve
     python benchmarks/bench_ilp.py --quick    # the two smallest instances, 120 s limit
@@ -107,7 +109,8 @@ def render(raw, limit, command, machine) -> str:
         opt = strong["objective"] if strong["status"] == "optimal" else paper["objective"]
         plain = r.get("strong_no_cuts")
         cuts = strong.get("cuts") or {}
-        after = (f" / {cuts['lp_bound_after']:.2f} ({cuts['rows']} rows, {cuts['rounds']} rounds, "
+        after = (f" / {cuts['lp_bound_after']:.2f} ({cuts.get('path_rows', cuts['rows'])} + "
+                 f"{cuts.get('cover_rows', 0)} rows, {cuts['rounds']} rounds, "
                  f"{cuts['time_s']:.2f} s)") if cuts.get("lp_bound_after") else ""
         rows.append([
             r["instance"], r["nodes"], r["budget"], f"{opt:g}" if opt is not None else "-",
@@ -115,7 +118,7 @@ def render(raw, limit, command, machine) -> str:
             fmt_time(paper, limit), paper["nodes"],
             "-" if plain is None else f"{fmt_time(plain, limit)} ({plain['nodes']})",
             fmt_time(strong, limit), strong["nodes"], speed,
-            fmt_time(method, limit) + (" (no MILP)" if method.get("milp_skipped") else
+            fmt_time(method, limit) + (f" (no MILP, {method['warm_start']})" if method.get("milp_skipped") else
                                        f" ({method['winner']} won)" if method.get("winner") else ""), speed2,
             "-" if milp is None else fmt_time(milp, limit) + (" (no MILP)" if milp.get("milp_skipped") else ""),
             speed4,
@@ -148,28 +151,31 @@ def render(raw, limit, command, machine) -> str:
         f"HiGHS with its default threads (it runs its tree search on one), limit {limit:.0f} s per solve; the six "
         "solves of an instance run one after the other in the same process. Times are wall-clock seconds of "
         "`solve(..., method=\"ilp\")`; "
-        "*paper* and *strong* start from nothing, *ilp default* is the method as shipped: the registered "
-        "heuristics, then the strong LP relaxation (when it proves the best heuristic schedule optimal, with "
-        "costs rounded up to integers, no MILP is solved: *no MILP*), then lp-rounding, then, warm-started from "
-        "the best schedule, `search=\"auto\"`: on this 2-core machine the *portfolio*, HiGHS's MILP on the "
-        "strong formulation in the calling process and our branch-and-cut in a child process on the other "
-        "core, the first proof winning (in brackets which one won); all of it is included in the time. "
-        "*ilp, search=\"milp\"* is the same with HiGHS's MILP alone (one core). *paper* runs with HiGHS's "
-        "default options, as Checkmate does; *strong* and *ilp default* with the strong formulation's default "
-        "`mip_pscost_minreliable=0` (the paper formulation with that option was slower on linear(16): not solved "
-        "in 200 s, see `docs/formulation.rst`). The second speed-up column compares the shipped method, warm "
-        "start included, with the paper formulation from nothing: that is the user-visible gain, not the "
-        "formulation's alone. *strong* includes the path inequalities (`cuts=True`, the default: separated "
-        "at the root LP in rounds, `remat_core.formulation.cuts`), their separation time included; the "
-        "column before it is the same solve with `cuts=False`; the seconds after the rows in the root LP column are "
-        "those rounds (LP solves and separation), part of the *strong* time. *branch-and-cut* is *ilp default* "
-        "with `search=\"branch-and-cut\"`: after the same warm start and root rounds, our depth-first search "
+        "*paper* and *strong* start from nothing and run HiGHS's MILP alone (`search=\"milp\"`), *ilp "
+        "default* is the method as shipped: the registered "
+        "heuristics, then the strong LP relaxation, then lp-rounding, then the root rounds (path inequalities "
+        "and lifted cover inequalities of the knapsack rows, `remat_core.formulation.cuts`), then RENS around "
+        "the strengthened LP point (when the bound, rounded up with integer costs, meets the best schedule at "
+        "any of these steps, no search runs: *no MILP*), then, warm-started from the best schedule, "
+        "`search=\"auto\"`: on this 2-core machine the *portfolio*: a short branch-and-cut in this process "
+        "(at most 50 nodes, 0.5 s) while a child process starts, then HiGHS's MILP here and our branch-and-cut "
+        "in the child, passing each other schedules, the first proof winning (in brackets which one won); all "
+        "of it is included in the time. *ilp, search=\"milp\"* is the same with HiGHS's MILP alone (one core). "
+        "*paper* runs with HiGHS's default options, as Checkmate does; *strong* and *ilp default* with the "
+        "strong formulation's default `mip_pscost_minreliable=0` (the paper formulation with that option was "
+        "slower on linear(16): not solved in 200 s, see `docs/formulation.rst`). The second speed-up column "
+        "compares the shipped method, warm start included, with the paper formulation from nothing: that is "
+        "the user-visible gain, not the formulation's alone. *strong* includes the root rounds (`cuts=True`, "
+        "the default), their separation time included; the column before it is the same solve with "
+        "`cuts=False`; the root LP column gives the bound after the rounds, the rows added (path + cover) and "
+        "the rounds' seconds, part of the *strong* time. *branch-and-cut* is *ilp default* with "
+        "`search=\"branch-and-cut\"`: after the same warm start, root rounds and RENS, our depth-first search "
         "(`remat_core.solvers.branch_and_cut`: HiGHS LPs, path inequalities separated at every node, "
-        "reduced-cost fixing) in place of HiGHS's MILP; in brackets its nodes (*no search*: the LP bound "
+        "reduced-cost fixing) in place of HiGHS's MILP; in brackets its nodes (*no search*: the bound "
         "proved the warm start).",
         "",
-        table(["instance", "nodes", "budget", "optimum", "root LP bound paper / strong / with path inequalities",
-               "paper s", "paper B&B nodes", "strong without path inequalities s (B&B nodes)",
+        table(["instance", "nodes", "budget", "optimum", "root LP bound paper / strong / after the root rounds",
+               "paper s", "paper B&B nodes", "strong without the root rounds s (B&B nodes)",
                "strong s", "strong B&B nodes", "speed-up", "ilp default s", "speed-up (ilp default)",
                "ilp, search=\"milp\" s", "speed-up (milp alone)",
                "ilp branch-and-cut s (nodes)", "speed-up (branch-and-cut)", "issue: paper s"], rows),
@@ -194,7 +200,7 @@ def main() -> None:
     ap.add_argument("--report-only", action="store_true", help="rewrite the README section from the saved results")
     args = ap.parse_args()
     limit = args.limit or (120.0 if args.quick else 1800.0)
-    name = "ilp" + ("_quick" if args.quick else "")
+    name = "ilp"
     if args.report_only:
         data = json.load(open(os.path.join(RESULTS, f"{name}.json")))
         meta = data["meta"] if isinstance(data, dict) else {
@@ -210,8 +216,8 @@ def main() -> None:
         g = make()
         lp = {f: root_lp(g, budget, f) for f in ("paper", "strong")}
         paper = run(g, budget, limit, formulation="paper", warm_start=False)
-        plain = run(g, budget, limit, formulation="strong", warm_start=False, cuts=False)
-        strong = run(g, budget, limit, formulation="strong", warm_start=False)
+        plain = run(g, budget, limit, formulation="strong", warm_start=False, cuts=False, search="milp")
+        strong = run(g, budget, limit, formulation="strong", warm_start=False, search="milp")
         method = run(g, budget, limit)
         milp = run(g, budget, limit, search="milp")
         bnc = run(g, budget, limit, search="branch-and-cut")
@@ -224,6 +230,9 @@ def main() -> None:
                        ("ilp milp", milp), ("ilp branch-and-cut", bnc))},
               flush=True)
     meta = {"limit": limit, "command": command_line(), "machine": machine_line()}
+    if args.quick:   # a smoke run: printed, the recorded results and README section stay as they are
+        print(render(raw, limit, meta["command"], meta["machine"]))
+        return
     save_json(name, {"meta": meta, "rows": raw})
     write_section("ilp", render(raw, limit, meta["command"], meta["machine"]))
 
