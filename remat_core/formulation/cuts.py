@@ -237,6 +237,23 @@ def cover_inequalities(sf: StandardForm, x: np.ndarray, max_cuts: int = 500, tol
         ``rows``: a ``csr_array`` of shape ``(k, sf.n_cols)`` with positive
         integer entries, each to be read ``rows @ x <= rhs``; ``violation``:
         ``rows @ x - rhs``, largest first.
+
+    Raises
+    ------
+    ValueError
+        If ``sf`` is not a strong program, or ``x`` or ``max_cuts`` is malformed.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from remat_core.formulation import build_milp
+    >>> from remat_core.solvers.backends import solve_arrays
+    >>> from remat_core.zoo import random_training_graph
+    >>> sf = build_milp(random_training_graph(10, 2, seed=4), 54)
+    >>> lp = solve_arrays("highs", sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, np.zeros(sf.n_cols))
+    >>> rows, rhs, violation = cover_inequalities(sf, lp.x)
+    >>> rows.shape[0] > 0, bool((violation > 0).all()), bool(np.allclose(rows @ lp.x - rhs, violation))
+    (True, True, True)
     """
     if sf.formulation != "strong":
         raise ValueError(f"cover inequalities are stated for the 'strong' formulation; got {sf.formulation!r}")

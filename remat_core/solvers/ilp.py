@@ -460,7 +460,7 @@ def solve_ilp(
     if formulation not in FORMULATIONS:
         raise UnknownMethodError(
             f"unknown `formulation` {formulation!r}; available: {', '.join(available_formulations())}")
-    solve_fn = get_backend(backend)
+    get_backend(backend)   # an unknown or uninstalled backend is an error now, not after the warm start
     start = time.perf_counter()
     base_cost = float(graph.cost.sum())
     if search == "auto":
@@ -530,6 +530,7 @@ def solve_ilp(
     reuse = relaxation is not None and formulation == "strong" and relaxation[0].budget_bytes == budget_bytes
     sf = relaxation[0] if reuse else build_milp(graph, budget_bytes, formulation)   # the root LP's program
     stats["build_time_s"] = time.perf_counter() - t0
+    x_root = None   # the LP point after the root rounds, where RENS starts
     if cuts and formulation == "strong" and graph.n <= _CUTS_MAX_NODES:
         share = None
         if time_limit_s is not None:
@@ -544,7 +545,16 @@ def solve_ilp(
             done = proven_optimal()
             if done is not None:
                 return done
+    stats["size"] = sf.size()
+    child = None   # the portfolio's branch-and-cut process, started before RENS so that the two overlap
+    try:
         if x_root is not None and backend == "highs" and not isinstance(warm_start, Schedule) and warm_start:
+            if search == "portfolio":
+                from .portfolio import start_child
+
+                child = start_child(sf, _start_vector(sf, warm), mip_rel_gap=mip_rel_gap,
+                                    time_limit_s=None if time_limit_s is None else
+                                    max(float(time_limit_s) - (time.perf_counter() - start), 0.05))
             # RENS around the strengthened LP point: a better start for the search, or the optimum itself
             cap = _RENS_TIME_S
             if time_limit_s is not None:
@@ -555,7 +565,37 @@ def solve_ilp(
                 done = proven_optimal()
                 if done is not None:
                     return done
-    stats["size"] = sf.size()
+                if child is not None:
+                    child.outbox.post(found_cost - sf.objective_offset, sf.encode(found))   # taken at its next node
+        return _search(graph, budget_bytes, sf, warm, lp_bound, stats, search=search, backend=backend,
+                       formulation=formulation, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap,
+                       threads=threads, verbose=verbose, solver_options=solver_options, start=start, lower=lower,
+                       child=child)
+    finally:
+        if child is not None:
+            child.close()
+
+
+def _start_vector(sf, schedule: Schedule | None) -> np.ndarray | None:
+    """``schedule`` encoded for the search (None without one, or if the encoding broke a row: a bug)."""
+    if schedule is None:
+        return None
+    x0 = sf.encode(schedule)
+    viol = _row_violation(sf, x0)
+    if viol > 1e-6:  # would be a bug in encode(); the solve does not depend on it
+        log.warning("ilp: warm start violates a row by %g; not passed to the solver", viol)
+        return None
+    return x0
+
+
+def _search(graph: Graph, budget_bytes: int, sf, warm: Schedule | None, lp_bound: float | None,
+            stats: dict[str, Any], *, search: str, backend: str, formulation: str, time_limit_s: float | None,
+            mip_rel_gap: float | None, threads: int | None, verbose: bool, solver_options: dict[str, Any] | None,
+            start: float, lower: int, child: Any) -> RematResult:
+    """The search from the best schedule (``solve_ilp``'s last step), its result decoded and simulated."""
+    from .backends import get_backend
+
+    base_cost = float(graph.cost.sum())
 
     if warm is not None and time_limit_s is not None and time.perf_counter() - start >= float(time_limit_s):
         # the warm start used up the limit: return it rather than start a solver that would overrun it
@@ -567,13 +607,7 @@ def solve_ilp(
                            message=f"time limit reached before the MILP; the {stats['warm_start_method']} schedule")
 
     # ---------------------------------------------------------------- solve
-    x0 = None
-    if warm is not None:
-        x0 = sf.encode(warm)
-        viol = _row_violation(sf, x0)
-        if viol > 1e-6:  # would be a bug in encode(); the solve does not depend on it
-            log.warning("ilp: warm start violates a row by %g; not passed to the solver", viol)
-            x0 = None
+    x0 = _start_vector(sf, warm)
     limit = None
     if time_limit_s is not None:
         limit = max(float(time_limit_s) - (time.perf_counter() - start), 0.05)
@@ -594,7 +628,8 @@ def solve_ilp(
         stats["solver_options"] = options
         out, stats["portfolio"] = race(sf, x0, time_limit_s=limit, mip_rel_gap=mip_rel_gap,
                                        threads=None if threads is None else max(threads - 1, 1),
-                                       verbose=verbose, milp_options=options)
+                                       verbose=verbose, milp_options=options,
+                                       child=True if child is None else child)
     elif search == "branch-and-cut":
         from .branch_and_cut import branch_and_cut
 
@@ -607,6 +642,7 @@ def solve_ilp(
         if backend == "highs" and formulation == "strong":
             options = {**_HIGHS_STRONG_DEFAULTS, **options}
         stats["solver_options"] = options
+        solve_fn = get_backend(backend)
         out = solve_fn(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, sf.integrality,
                        time_limit_s=limit, mip_rel_gap=mip_rel_gap, threads=threads, verbose=verbose, start=x0,
                        options=options or None)

@@ -159,6 +159,7 @@ class _Child:
             self.outcome = ("error", f"exit code {self.proc.returncode}: {tail.strip() or 'no output'}")
 
     def close(self) -> None:
+        """Kill the child if it still runs and remove its files (again: nothing more to do)."""
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
@@ -183,10 +184,35 @@ def _combine(milp: BackendResult, bc: BackendResult | None) -> BackendResult:
                          objective=None if best is None else best.objective, bound=bound, stats=dict(milp.stats))
 
 
+def start_child(sf: StandardForm, start: np.ndarray | None, *, time_limit_s: float | None,
+                mip_rel_gap: float | None, bc_options: dict[str, Any] | None = None,
+                details: dict[str, Any] | None = None) -> _Child | None:
+    """Start branch-and-cut on ``sf`` in a child process now (its interpreter takes about 0.6 s to start).
+
+    ``ilp`` starts it before RENS, so that both overlap with the child's
+    start; schedules found meanwhile reach it through ``child.outbox.post``.
+    Returns None (and notes why in ``details["error"]``) if no child could be
+    started; the caller must ``close()`` a child it got.
+    """
+    deadline_epoch = None if time_limit_s is None else time.time() + float(time_limit_s)
+    try:
+        return _Child(sf, start, deadline_epoch, mip_rel_gap, dict(bc_options or {}))
+    except OSError as exc:   # no interpreter to start, no temporary directory
+        log.warning("ilp: could not start branch-and-cut beside the MILP (%s); the MILP runs alone", exc)
+        if details is not None:
+            details["error"] = str(exc)
+        return None
+
+
 def race(sf: StandardForm, start: np.ndarray | None, *, time_limit_s: float | None, mip_rel_gap: float | None,
          threads: int | None, verbose: bool, milp_options: dict[str, Any] | None,
-         bc_options: dict[str, Any] | None = None) -> tuple[BackendResult, dict[str, Any]]:
+         bc_options: dict[str, Any] | None = None, child: _Child | None | bool = True,
+         ) -> tuple[BackendResult, dict[str, Any]]:
     """HiGHS's MILP on ``sf`` here and branch-and-cut from ``start`` in a child process, until one proves.
+
+    ``child``: one :func:`start_child` already started (its deadline then
+    stands), True to start one here, False for none (HiGHS alone after the
+    short search). It is closed on return either way.
 
     While the child starts, a short branch-and-cut runs here
     (:data:`_QUICK_NODES`, :data:`_QUICK_S`); if it proves, that is the
@@ -208,11 +234,10 @@ def race(sf: StandardForm, start: np.ndarray | None, *, time_limit_s: float | No
     t0 = time.perf_counter()
     deadline_epoch = None if time_limit_s is None else time.time() + float(time_limit_s)
     details: dict[str, Any] = {"winner": None}
-    try:
-        child = _Child(sf, start, deadline_epoch, mip_rel_gap, dict(bc_options or {}))
-    except OSError as exc:   # no interpreter to start, no temporary directory
-        log.warning("ilp: could not start branch-and-cut beside the MILP (%s); the MILP runs alone", exc)
-        details["error"] = str(exc)
+    if child is True:
+        child = start_child(sf, start, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap, bc_options=bc_options,
+                            details=details)
+    elif child is False:
         child = None
     try:
         def proved() -> bool:
