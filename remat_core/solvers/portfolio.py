@@ -9,17 +9,17 @@ its MIP callback; when HiGHS finishes first, the child is killed. At a time
 limit, the cheaper incumbent and the higher bound of the two (both bounds
 are valid for the same program) are returned.
 
-The two searches also pass each other their schedules while they run
-(:class:`_Mailbox`): branch-and-cut's depth-first dives usually find a cheap
-schedule within seconds, which HiGHS takes through its user-solution
-callback (its reduced-cost fixing and restarts then start early); HiGHS's
-improving solutions tighten branch-and-cut's cutoff. (With its presolve on,
-HiGHS may drop an outside solution that its reductions removed from the
-presolved program; with it off it takes every one, but it was slower on
-the benchmark chains, so presolve stays on: ``docs/formulation.rst``,
-section *Portfolio*.)
-Without a schedule to start from, branch-and-cut still runs: its dives look
-for one while HiGHS proves infeasibility if there is none.
+Before HiGHS starts, a short branch-and-cut runs in this process while the
+child's interpreter starts; it proves small gaps at once, or hands its
+cheapest schedule to both searches. The two searches then pass each other
+their schedules while they run (:class:`_Mailbox`): HiGHS's improving
+solutions tighten branch-and-cut's cutoff, and branch-and-cut's reach HiGHS
+through its user-solution callback. (With its presolve on, HiGHS drops an
+outside solution that its reductions removed from the presolved program;
+with presolve off it takes every one, but it was slower on the benchmark
+instances, so presolve stays on: ``docs/formulation.rst``, section
+*Portfolio*.) Without a schedule to start from, branch-and-cut still runs:
+its dives look for one while HiGHS proves infeasibility if there is none.
 
 The child is a fresh interpreter (``python -m remat_core.solvers._portfolio_worker``)
 rather than a ``multiprocessing`` process: forking a process that runs solver
@@ -54,7 +54,7 @@ _KILL_GRACE_S = 5.0   # how long past the deadline the child may take to report 
 #: Before HiGHS starts, branch-and-cut searches in this process while the child's interpreter starts (about
 #: 0.6 s, on the other core): at most this many nodes, seconds, and share of the time limit. A small gap
 #: above a good start is often closed there in a few nodes, before HiGHS's root work would have finished
-#: (random(10 layers, seed 4) at 54: 9 nodes, 0.1 s, where HiGHS took 0.5 s); otherwise its cheapest
+#: (random(10 layers, seed 4) at 54: 3 nodes, under 0.1 s, where HiGHS took 0.5 s); otherwise its cheapest
 #: schedule starts both searches.
 _QUICK_NODES, _QUICK_S, _QUICK_SHARE = 50, 0.5, 0.25
 _PROOFS = (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE)
@@ -221,8 +221,8 @@ def race(sf: StandardForm, start: np.ndarray | None, *, time_limit_s: float | No
 
     Returns the result (the prover's, or both combined at a time limit) and
     ``details``: ``winner`` (``"milp"``, ``"branch-and-cut"``, ``"quick
-    branch-and-cut"`` or None), each
-    search's status, seconds and nodes, and how many schedules each passed
+    branch-and-cut"`` or None), each search's (``"quick"``, ``"milp"``,
+    ``"branch-and-cut"``) status, seconds and nodes, and how many schedules each passed
     to the other (``"to_milp"``, ``"to_branch_and_cut"``; the latter as
     counted by branch-and-cut: the ones cheaper than its own). A child that
     fails (cannot start, raises) only leaves the MILP running alone
