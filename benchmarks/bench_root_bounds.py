@@ -76,6 +76,9 @@ def known_optima() -> dict[str, float]:
 
 
 def main() -> None:
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()   # --help; no options
     optima = known_optima()
     cases = [(label, make(), budget) for label, make, budget in INSTANCES]
     cases += [(label, g, budget) for label, g, budget in random_instances(quick=False)]
