@@ -418,3 +418,15 @@ def test_rens_and_the_root_bound_prove_without_a_search():
     assert res.stats["rens"]["cost"] == 251 and res.stats["cuts"]["cover_rows"] > 0
     plain = solve(g, budget, method="ilp", warm_start=False)
     assert plain.status is SolveStatus.OPTIMAL and plain.objective == 251 and "rens" not in plain.stats
+
+
+def test_rens_is_skipped_one_unit_above_the_bound():
+    """linear(8) at 4: the root rounds bound the cost at 25 and the heuristics' start costs 26; only a schedule
+    at the bound could beat it, which the search looks for with a proof, so RENS does not run. With a
+    fractional cost (no rounding of the bound) it runs."""
+    g = linear_graph(8)
+    res = solve(g, 4, method="ilp")
+    assert res.status is SolveStatus.OPTIMAL and res.objective == 26
+    assert res.stats["lp_bound"] == 25 and "skipped" in res.stats["rens"] and res.stats["rens"]["cost"] is None
+    frac = solve(g.replace(cost=g.cost + 0.5), 4, method="ilp")
+    assert frac.status is SolveStatus.OPTIMAL and "tries" in frac.stats["rens"]

@@ -249,3 +249,24 @@ def test_a_short_search_in_this_process_comes_first(chain8):
                                   threads=None, verbose=False, milp_options=None)
     assert "limit" in details["quick"]["status"] and details["winner"] in ("milp", "branch-and-cut")
     assert out.status is SolveStatus.OPTIMAL and out.objective + sf12.objective_offset == 37
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "getpriority"), reason="POSIX priorities")
+def test_the_child_runs_at_low_priority():
+    """The child lowers its priority (``portfolio._CHILD_NICE``) so that HiGHS in this process keeps its cores."""
+    import os
+
+    sf = _strengthen(build_milp(linear_graph(16), 6, "strong"), "highs", 1, None)[0]
+    child = portfolio.start_child(sf, None, time_limit_s=30, mip_rel_gap=1e-4)
+    assert child is not None
+    try:
+        mine, seen = os.getpriority(os.PRIO_PROCESS, 0), None
+        deadline = time.time() + 20
+        while time.time() < deadline and child.proc.poll() is None:
+            seen = os.getpriority(os.PRIO_PROCESS, child.proc.pid)
+            if seen != mine:
+                break
+            time.sleep(0.01)
+        assert seen == min(mine + portfolio._CHILD_NICE, 19)
+    finally:
+        child.close()
