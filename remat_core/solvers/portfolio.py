@@ -57,6 +57,11 @@ _KILL_GRACE_S = 5.0   # how long past the deadline the child may take to report 
 #: (random(10 layers, seed 4) at 54: 3 nodes, under 0.1 s, where HiGHS took 0.5 s); otherwise its cheapest
 #: schedule starts both searches.
 _QUICK_NODES, _QUICK_S, _QUICK_SHARE = 50, 0.5, 0.25
+#: The child's interpreter is ready about this many seconds after it starts (imports and the job: 0.25-0.3 s
+#: measured); once it is, the short search here only delays HiGHS, so it gets what is left of this time, and at
+#: least _QUICK_MIN_S (``ilp`` starts the child before RENS, which may have used that time already: 0.6 s on
+#: linear(16) at 6, after which the short search proved nothing and its 0.5 s were lost)
+_CHILD_READY_S, _QUICK_MIN_S = 0.4, 0.1
 #: the child's niceness: it runs on what HiGHS leaves of the cores. HiGHS's MIP runs some work on a second
 #: thread, which the child slowed down at equal priority: with the child at 19, one run each,
 #: random(16 layers, seed 3) at 87 took 10.9 s instead of 13.3 s and random(10 layers, seed 6) at 57 11.6 s
@@ -133,6 +138,7 @@ class _Child:
         for var in ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             env[var] = "1"   # one core is its share
         self.stderr = open(os.path.join(self.dir, "stderr.txt"), "wb")
+        self.started = time.perf_counter()
         self.proc = subprocess.Popen([sys.executable, "-m", "remat_core.solvers._portfolio_worker", job, self.result],
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.stderr,
                                      env=env)
@@ -251,6 +257,8 @@ def race(sf: StandardForm, start: np.ndarray | None, *, time_limit_s: float | No
 
         details["to_milp"] = 0
         quick_s = _QUICK_S if time_limit_s is None else min(_QUICK_S, _QUICK_SHARE * float(time_limit_s))
+        if child is not None:   # the child is (nearly) ready: search here only while it is not
+            quick_s = min(quick_s, max(_QUICK_MIN_S, _CHILD_READY_S - (time.perf_counter() - child.started)))
         quick = branch_and_cut(sf, start=start, time_limit_s=quick_s, mip_rel_gap=mip_rel_gap, threads=threads,
                                node_limit=_QUICK_NODES, cover_rows=True)
         details["quick"] = {"status": quick.stats.get("backend_status"), "time_s": quick.stats.get("time_s"),

@@ -35,12 +35,15 @@ def test_canonical_optima():
 def test_branch_and_cut_wins_and_interrupts_highs_from_a_script_without_main_guard(tmp_path):
     """linear(12) at 5 units: branch-and-cut proves it several times faster than HiGHS (about 3 s vs 12 s
     here), so it wins and HiGHS is interrupted. Run as a plain script with no ``__main__`` guard, which a
-    child started by multiprocessing's spawn method would re-execute."""
+    child started by multiprocessing's spawn method would re-execute. The child runs at normal priority here:
+    at niceness 19 it gets almost no time while the other test worker keeps the second core busy."""
     script = tmp_path / "plain.py"
     script.write_text(textwrap.dedent("""
         import json, time
         from remat_core import solve
+        from remat_core.solvers import portfolio
         from remat_core.zoo import linear_graph
+        portfolio._CHILD_NICE = 0
         t0 = time.perf_counter()
         res = solve(linear_graph(12), 5, method="ilp", search="portfolio", time_limit_s=120)
         print(json.dumps({"status": res.status.value, "objective": res.objective, "peak": res.peak_memory_bytes,
