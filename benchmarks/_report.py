@@ -60,9 +60,9 @@ REPEAT_MAX_RUNS = 5
 
 def repeated(call: Any, budget_s: float = REPEAT_BUDGET_S, max_runs: int = REPEAT_MAX_RUNS) -> dict:
     """Run ``call()`` (which returns a dict with ``"time_s"``) again while the runs so far took less than
-    ``budget_s`` in all, at most ``max_runs`` times; return the run of median time (of an even number, the slower of the middle two) with ``"times_s"``, every
-    run's seconds, and ``"objectives"``, every run's ``"objective"`` (a solve that takes 0.1 s is timed
-    over several runs; one that takes a minute, once)."""
+    ``budget_s`` in all, at most ``max_runs`` times; return the run of median time (of an even number, the
+    slower of the middle two) with ``"times_s"``, ``"objectives"`` and ``"statuses"``: every run's seconds,
+    objective and status (a solve that takes 0.1 s is timed over several runs; one that takes a minute, once)."""
     runs = [call()]
     while len(runs) < max_runs and sum(r["time_s"] for r in runs) < budget_s:
         runs.append(call())

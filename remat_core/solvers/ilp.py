@@ -565,7 +565,8 @@ def solve_ilp(
                 cap = min(cap, max(_RENS_TIME_SHARE * (float(time_limit_s) - (time.perf_counter() - start)), 0.05))
             if (warm is not None and lp_bound is not None and _integer_costs(graph)
                     and stats["warm_start_cost"] <= lp_bound + 1 + 1e-9):
-                found, found_cost, stats["rens"] = None, None, {"skipped": "the start is one unit above the bound", "cost": None}
+                found, found_cost = None, None
+                stats["rens"] = {"skipped": "the start is one unit above the bound", "cost": None}
             else:
                 found, found_cost, stats["rens"] = _rens(graph, sf, x_root, budget_bytes, cap, threads)
             if found is not None and (warm is None or found_cost < stats["warm_start_cost"] - 1e-9):
