@@ -560,14 +560,15 @@ def solve_ilp(
             # beats it, and the search that follows (the portfolio's short branch-and-cut first) looks for
             # one with a proof attached: RENS is skipped (linear(8) at 4, random(5 layers, seeds 1 and 5):
             # RENS found the start again, in 3-26 ms)
-            cap = _RENS_TIME_S
-            if time_limit_s is not None:
-                cap = min(cap, max(_RENS_TIME_SHARE * (float(time_limit_s) - (time.perf_counter() - start)), 0.05))
             if (warm is not None and lp_bound is not None and _integer_costs(graph)
                     and stats["warm_start_cost"] <= lp_bound + 1 + 1e-9):
                 found, found_cost = None, None
                 stats["rens"] = {"skipped": "the start is one unit above the bound", "cost": None}
             else:
+                cap = _RENS_TIME_S
+                if time_limit_s is not None:
+                    left = float(time_limit_s) - (time.perf_counter() - start)
+                    cap = min(cap, max(_RENS_TIME_SHARE * left, 0.05))
                 found, found_cost, stats["rens"] = _rens(graph, sf, x_root, budget_bytes, cap, threads)
             if found is not None and (warm is None or found_cost < stats["warm_start_cost"] - 1e-9):
                 warm, stats["warm_start_method"], stats["warm_start_cost"] = found, "rens", found_cost

@@ -51,8 +51,8 @@ __all__ = ["race", "cpu_count"]
 log = logging.getLogger("remat_core.ilp")
 
 _KILL_GRACE_S = 5.0   # how long past the deadline the child may take to report at a time limit
-#: Before HiGHS starts, branch-and-cut searches in this process while the child's interpreter starts (about
-#: 0.6 s, on the other core): at most this many nodes, seconds, and share of the time limit. A small gap
+#: Before HiGHS starts, branch-and-cut searches in this process while the child's interpreter starts (on the
+#: other core): at most this many nodes, seconds, and share of the time limit. A small gap
 #: above a good start is often closed there in a few nodes, before HiGHS's root work would have finished
 #: (random(10 layers, seed 4) at 54: 3 nodes, under 0.1 s, where HiGHS took 0.5 s); otherwise its cheapest
 #: schedule starts both searches.
@@ -198,7 +198,7 @@ def _combine(milp: BackendResult, bc: BackendResult | None) -> BackendResult:
 def start_child(sf: StandardForm, start: np.ndarray | None, *, time_limit_s: float | None,
                 mip_rel_gap: float | None, bc_options: dict[str, Any] | None = None,
                 details: dict[str, Any] | None = None) -> _Child | None:
-    """Start branch-and-cut on ``sf`` in a child process now (its interpreter takes about 0.6 s to start).
+    """Start branch-and-cut on ``sf`` in a child process now (its interpreter needs 0.25-0.3 s to be ready).
 
     ``ilp`` starts it before RENS, so that both overlap with the child's
     start; schedules found meanwhile reach it through ``child.outbox.post``.
@@ -226,7 +226,8 @@ def race(sf: StandardForm, start: np.ndarray | None, *, time_limit_s: float | No
     short search). It is closed on return either way.
 
     While the child starts, a short branch-and-cut runs here
-    (:data:`_QUICK_NODES`, :data:`_QUICK_S`); if it proves, that is the
+    (:data:`_QUICK_NODES`, :data:`_QUICK_S`, until :data:`_CHILD_READY_S`
+    after the child started but at least :data:`_QUICK_MIN_S`); if it proves, that is the
     result (``winner`` ``"quick branch-and-cut"``), else its cheapest
     schedule is the start of both searches.
 

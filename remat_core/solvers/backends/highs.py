@@ -55,6 +55,13 @@ def _configure(h, time_limit_s, mip_rel_gap, threads, verbose, options) -> None:
     if threads is not None:
         h.setOptionValue("threads", int(threads))
     _threads_in_use = wanted
+    _set_options(h, options)
+
+
+def _set_options(h, options) -> None:
+    """Set the user's ``options`` on ``h``; ``ValueError`` names the first one HiGHS rejects."""
+    import highspy
+
     for key, value in (options or {}).items():
         if h.setOptionValue(key, value) != highspy.HighsStatus.kOk:
             raise ValueError(f"HiGHS rejected option {key!r} = {value!r}")
@@ -66,9 +73,7 @@ def check_options(options) -> None:
 
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
-    for key, value in (options or {}).items():
-        if h.setOptionValue(key, value) != highspy.HighsStatus.kOk:
-            raise ValueError(f"HiGHS rejected option {key!r} = {value!r}")
+    _set_options(h, options)
 
 
 def _pass_model(h, c, csc, row_lo, row_hi, col_lo, col_hi, integrality) -> None:
