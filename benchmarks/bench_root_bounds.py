@@ -78,7 +78,10 @@ def known_optima() -> dict[str, float]:
 def main() -> None:
     import argparse
 
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()   # --help; no options
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="accepted for run_all.py; the run is the same (about a minute)")
+    ap.parse_args()
     optima = known_optima()
     cases = [(label, make(), budget) for label, make, budget in INSTANCES]
     cases += [(label, g, budget) for label, g, budget in random_instances(quick=False)]

@@ -287,6 +287,14 @@ def _rens(graph: Graph, sf, x: np.ndarray, budget_bytes: int, time_limit_s: floa
     return schedule, cost, stats
 
 
+def _rens_skipped(graph: Graph, start_cost: float | None, bound: float | None) -> bool:
+    """Whether RENS is left out: with integer costs and the start one unit above the rounded ``bound``, only a
+    schedule at the bound beats it, and the search that follows (the portfolio's short branch-and-cut first)
+    looks for one with a proof attached (section *portfolio-tuning* of ``benchmarks/README.md``)."""
+    return (start_cost is not None and bound is not None and _integer_costs(graph)
+            and start_cost <= bound + 1 + 1e-9)
+
+
 def _integer_costs(graph: Graph) -> bool:
     """Every cost is a finite integer (then so is every schedule's cost)."""
     cost = graph.cost
@@ -555,13 +563,8 @@ def solve_ilp(
                 child = start_child(sf, _start_vector(sf, warm), mip_rel_gap=mip_rel_gap,
                                     time_limit_s=None if time_limit_s is None else
                                     max(float(time_limit_s) - (time.perf_counter() - start), 0.05))
-            # RENS around the strengthened LP point: a better start for the search, or the optimum itself.
-            # With integer costs and the start one unit above the rounded bound, only a schedule at the bound
-            # beats it, and the search that follows (the portfolio's short branch-and-cut first) looks for
-            # one with a proof attached: RENS is skipped (linear(8) at 4, random(5 layers, seeds 1 and 5):
-            # RENS found the start again, in 3-26 ms)
-            if (warm is not None and lp_bound is not None and _integer_costs(graph)
-                    and stats["warm_start_cost"] <= lp_bound + 1 + 1e-9):
+            # RENS around the strengthened LP point: a better start for the search, or the optimum itself
+            if _rens_skipped(graph, None if warm is None else stats["warm_start_cost"], lp_bound):
                 found, found_cost = None, None
                 stats["rens"] = {"skipped": "the start is one unit above the bound", "cost": None}
             else:

@@ -59,13 +59,11 @@ _KILL_GRACE_S = 5.0   # how long past the deadline the child may take to report 
 _QUICK_NODES, _QUICK_S, _QUICK_SHARE = 50, 0.5, 0.25
 #: The child's interpreter is ready about this many seconds after it starts (imports and the job: 0.25-0.3 s
 #: measured); once it is, the short search here only delays HiGHS, so it gets what is left of this time, and at
-#: least _QUICK_MIN_S (``ilp`` starts the child before RENS, which may have used that time already: 0.6 s on
-#: linear(16) at 6, after which the short search proved nothing and its 0.5 s were lost)
+#: least _QUICK_MIN_S (``ilp`` starts the child before RENS, which may have used that time already; section
+#: *portfolio-tuning* of benchmarks/README.md)
 _CHILD_READY_S, _QUICK_MIN_S = 0.4, 0.1
 #: the child's niceness: it runs on what HiGHS leaves of the cores. HiGHS's MIP runs some work on a second
-#: thread, which the child slowed down at equal priority: with the child at 19, one run each,
-#: random(16 layers, seed 3) at 87 took 10.9 s instead of 13.3 s and random(10 layers, seed 6) at 57 11.6 s
-#: instead of 13.4 s (HiGHS won both), where branch-and-cut won (linear(16) at 6) the time stayed 3.1 s
+#: thread, which the child slowed down at equal priority (section *portfolio-tuning*)
 _CHILD_NICE = 19
 _PROOFS = (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE)
 
