@@ -20,8 +20,6 @@ def main(argv: list[str]) -> int:
     try:
         with open(job_path, "rb") as f:
             job = pickle.load(f)
-        if job.get("nice") and hasattr(os, "nice"):
-            os.nice(job["nice"])   # the MILP in the parent comes first (portfolio._CHILD_NICE)
         from remat_core.solvers.branch_and_cut import branch_and_cut
         from remat_core.solvers.portfolio import _TO_BC, _TO_MILP, _Mailbox
 

@@ -62,9 +62,6 @@ _QUICK_NODES, _QUICK_S, _QUICK_SHARE = 50, 0.5, 0.25
 #: least _QUICK_MIN_S (``ilp`` starts the child before RENS, which may have used that time already; section
 #: *portfolio-tuning* of benchmarks/README.md)
 _CHILD_READY_S, _QUICK_MIN_S = 0.4, 0.1
-#: the child's niceness: it runs on what HiGHS leaves of the cores. HiGHS's MIP runs some work on a second
-#: thread, which the child slowed down at equal priority (section *portfolio-tuning*)
-_CHILD_NICE = 19
 _PROOFS = (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE)
 
 
@@ -130,7 +127,7 @@ class _Child:
         self.inbox, self.outbox = _Mailbox(os.path.join(self.dir, _TO_MILP)), _Mailbox(os.path.join(self.dir, _TO_BC))
         with open(job, "wb") as f:
             pickle.dump(dict(sf=sf, start=start, deadline_epoch=deadline_epoch, mip_rel_gap=mip_rel_gap,
-                             options=options, nice=_CHILD_NICE), f, protocol=pickle.HIGHEST_PROTOCOL)
+                             options=options), f, protocol=pickle.HIGHEST_PROTOCOL)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([_package_root()] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         for var in ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):

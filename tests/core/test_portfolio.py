@@ -35,15 +35,12 @@ def test_canonical_optima():
 def test_branch_and_cut_wins_and_interrupts_highs_from_a_script_without_main_guard(tmp_path):
     """linear(12) at 5 units: branch-and-cut proves it several times faster than HiGHS (about 3 s vs 12 s
     here), so it wins and HiGHS is interrupted. Run as a plain script with no ``__main__`` guard, which a
-    child started by multiprocessing's spawn method would re-execute. The child runs at normal priority here:
-    at niceness 19 it gets almost no time while the other test worker keeps the second core busy."""
+    child started by multiprocessing's spawn method would re-execute."""
     script = tmp_path / "plain.py"
     script.write_text(textwrap.dedent("""
         import json, time
         from remat_core import solve
-        from remat_core.solvers import portfolio
         from remat_core.zoo import linear_graph
-        portfolio._CHILD_NICE = 0
         t0 = time.perf_counter()
         res = solve(linear_graph(12), 5, method="ilp", search="portfolio", time_limit_s=120)
         print(json.dumps({"status": res.status.value, "objective": res.objective, "peak": res.peak_memory_bytes,
@@ -253,23 +250,3 @@ def test_a_short_search_in_this_process_comes_first(chain8):
     assert "limit" in details["quick"]["status"] and details["winner"] in ("milp", "branch-and-cut")
     assert out.status is SolveStatus.OPTIMAL and out.objective + sf12.objective_offset == pytest.approx(37, abs=1e-6)
 
-
-@pytest.mark.skipif(not hasattr(__import__("os"), "getpriority"), reason="POSIX priorities")
-def test_the_child_runs_at_low_priority():
-    """The child lowers its priority (``portfolio._CHILD_NICE``) so that HiGHS in this process keeps its cores."""
-    import os
-
-    sf = _strengthen(build_milp(linear_graph(16), 6, "strong"), "highs", 1, None)[0]
-    child = portfolio.start_child(sf, None, time_limit_s=30, mip_rel_gap=1e-4)
-    assert child is not None
-    try:
-        mine, seen = os.getpriority(os.PRIO_PROCESS, 0), None
-        deadline = time.time() + 20
-        while time.time() < deadline and child.proc.poll() is None:
-            seen = os.getpriority(os.PRIO_PROCESS, child.proc.pid)
-            if seen != mine:
-                break
-            time.sleep(0.01)
-        assert seen == min(mine + portfolio._CHILD_NICE, 19)
-    finally:
-        child.close()
