@@ -151,6 +151,8 @@ def without_family(sf: StandardForm, family: str) -> StandardForm:
     out.A = sf.A.tocsr()[keep]
     out.row_lo, out.row_hi = sf.row_lo[keep], sf.row_hi[keep]
     out.row_families = {k: v for k, v in sf.row_families.items() if k != family}
+    if sf.budget_rows is not None:   # renumbered past the removed rows
+        out.budget_rows = (np.cumsum(keep) - 1)[sf.budget_rows[keep[sf.budget_rows]]]
     return out
 
 
@@ -162,6 +164,7 @@ def with_rows(sf: StandardForm, rows: sp.csr_array, row_lo: np.ndarray, row_hi: 
     out.row_lo = np.concatenate([sf.row_lo, np.asarray(row_lo, dtype=np.float64)])
     out.row_hi = np.concatenate([sf.row_hi, np.asarray(row_hi, dtype=np.float64)])
     out.row_families = {**sf.row_families, family: sf.row_families.get(family, 0) + rows.shape[0]}
+    out.budget_rows = None   # the added rows may depend on the budget (covers do): no longer re-budgeted
     return out
 
 

@@ -53,6 +53,11 @@ class StandardForm:
         Whether the program only admits canonical schedules (see :func:`canonical_schedule`).
     row_families : dict
         Number of rows of each constraint family, for reports.
+    budget_rows : numpy.ndarray or None
+        Rows whose upper bound is a constant plus the free budget in memory
+        units (and no other row or column depends on the budget but ``u_col``'s
+        upper bounds); ``None`` when the builder did not record them or rows
+        were added since. :meth:`with_budget` needs them.
     """
 
     c: np.ndarray
@@ -84,6 +89,7 @@ class StandardForm:
     u_col: np.ndarray = field(repr=False)
     canonical: bool = False
     row_families: dict[str, int] = field(default_factory=dict)
+    budget_rows: np.ndarray | None = field(default=None, repr=False)
 
     # ------------------------------------------------------------ sizes
     @property
@@ -110,6 +116,30 @@ class StandardForm:
         """The LP relaxation: the same program with every column continuous."""
         out = StandardForm(**{k: getattr(self, k) for k in self.__dataclass_fields__})
         out.integrality = np.zeros_like(self.integrality)
+        return out
+
+    def with_budget(self, budget_bytes: int) -> "StandardForm | None":
+        """The same program for another budget, in the same memory unit, by changing bounds only.
+
+        The matrix, the objective and the column layout are shared (not
+        copied), so an LP sequence re-solves it from its last basis. ``None``
+        when only a new build gives the program: no :attr:`budget_rows`
+        recorded (the paper formulation, or rows added since), or a budget
+        below the fixed bytes on either side (then the builder adds an
+        infeasible row).
+        """
+        budget_bytes = int(budget_bytes)
+        fixed = self.graph.fixed_bytes
+        if self.budget_rows is None or budget_bytes < fixed or self.budget_bytes < fixed:
+            return None
+        shift = (budget_bytes - self.budget_bytes) / self.memory_unit
+        out = StandardForm(**{k: getattr(self, k) for k in self.__dataclass_fields__})
+        out.budget_bytes = budget_bytes
+        out.row_hi = self.row_hi.copy()
+        out.row_hi[self.budget_rows] += shift
+        if len(self.u_col):
+            out.col_hi = self.col_hi.copy()
+            out.col_hi[self.u_col] = (budget_bytes - fixed) / self.memory_unit
         return out
 
     # ------------------------------------------------------------ decoding

@@ -193,6 +193,7 @@ def build_strong(graph: Graph, budget_bytes: int, memory_rows: str = "cumulative
         rb.add("free_once", nf, np.repeat(r, 2), np.column_stack([fcol, nx]).ravel(), 1.0, -np.inf, 1.0)
 
     # ---------------------------------------------------------------- memory
+    budget_rows: list[np.ndarray] = []   # rows whose upper bound is a constant + cap (StandardForm.with_budget)
     s_m = m[I]  # coefficient of S[t, i]
     stage_S = [np.flatnonzero(T == t) for t in range(n)]  # S columns (== nv + index) of each stage
     f_by_stage = np.searchsorted(ft, np.arange(n + 1))
@@ -230,10 +231,10 @@ def build_strong(graph: Graph, budget_bytes: int, memory_rows: str = "cumulative
         if len(wt):
             const = wk == wt
             r = np.arange(len(wt))
-            rb.add("workspace", len(wt), np.concatenate([r, r[~const]]),
+            budget_rows.append(rb.add("workspace", len(wt), np.concatenate([r, r[~const]]),
                    np.concatenate([Ucol[wt, wk], Rcol[wt[~const], wk[~const]]]),
                    np.concatenate([np.ones(len(wt)), ws[wk[~const]]]),
-                   -np.inf, np.where(const, cap - ws[wk], cap))
+                   -np.inf, np.where(const, cap - ws[wk], cap)))
     else:
         rows, cols, vals, his = [], [], [], []
         row = 0
@@ -253,8 +254,8 @@ def build_strong(graph: Graph, budget_bytes: int, memory_rows: str = "cumulative
                 rows.append(np.full(len(cc), row))
                 his.append(cap - (m[t] + ws[t] if k == t else 0.0))
                 row += 1
-        rb.add("memory", row, np.concatenate(rows), np.concatenate(cols), np.concatenate(vals),
-               -np.inf, np.asarray(his))
+        budget_rows.append(rb.add("memory", row, np.concatenate(rows), np.concatenate(cols), np.concatenate(vals),
+                                  -np.inf, np.asarray(his)))
 
     if on("knapsack"):
         # the values kept into stage t+1 (other than t and its inputs) are all present when t is computed:
@@ -272,8 +273,9 @@ def build_strong(graph: Graph, budget_bytes: int, memory_rows: str = "cumulative
             sel = np.isin(kt, keep_t)
             row_of_t = np.full(n, -1, dtype=np.int64)
             row_of_t[keep_t] = np.arange(len(keep_t))
-            rb.add("knapsack", len(keep_t), row_of_t[kt[sel]], Scol[kt[sel] + 1, ki[sel]], coef[sel], -np.inf,
-                   cap - m[keep_t] - ws[keep_t] - is_dep[keep_t, :].astype(np.float64) @ m)
+            budget_rows.append(rb.add("knapsack", len(keep_t), row_of_t[kt[sel]], Scol[kt[sel] + 1, ki[sel]],
+                                      coef[sel], -np.inf,
+                                      cap - m[keep_t] - ws[keep_t] - is_dep[keep_t, :].astype(np.float64) @ m))
     if cap < 0:   # the budget does not even hold the fixed bytes: an empty row 0 >= 1
         rb.add("budget_below_fixed_bytes", 1, [], [], [], 1.0, np.inf)
     A, row_lo, row_hi = rb.build(n_cols)
@@ -288,4 +290,5 @@ def build_strong(graph: Graph, budget_bytes: int, memory_rows: str = "cumulative
         f_t=ft, f_i=fi, f_k=fj, f_col=fcol,
         u_t=u_t, u_k=u_k, u_col=Ucol[u_t, u_k] if len(u_t) else np.zeros(0, np.int64),
         canonical=on("canonical") or on("one_copy"), row_families=dict(rb.families),
+        budget_rows=np.concatenate(budget_rows) if budget_rows else np.zeros(0, np.int64),
     )

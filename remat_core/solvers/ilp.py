@@ -47,6 +47,7 @@ _WARM_START_POLISH_EVALS = 0
 _HIGHS_STRONG_DEFAULTS = {"mip_pscost_minreliable": 0}
 #: Largest graph on which path inequalities are separated (the dynamic program holds ``n**3`` numbers).
 _CUTS_MAX_NODES = _ROOT_LP_MAX_NODES
+_LP_ROUNDING_AFTER_RENS = True
 #: Rounds of path-inequality separation, and rows added per round at most (the most violated).
 _CUT_ROUNDS, _CUTS_PER_ROUND = 30, 500
 #: Share of what is left of ``time_limit_s`` that the separation rounds may use.
@@ -287,6 +288,29 @@ def _rens(graph: Graph, sf, x: np.ndarray, budget_bytes: int, time_limit_s: floa
     return schedule, cost, stats
 
 
+def _rounded(graph: Graph, sf, x: np.ndarray, budget_bytes: int) -> tuple[Schedule | None, float | None]:
+    """The cheapest rounding of the keeps of LP point ``x`` that fits (lp-rounding's candidates: a threshold
+    sweep and 32 seeded samples, each with the optimal recomputation), simulated: ``(schedule, cost)`` or
+    ``(None, None)``. No LP is solved: a few milliseconds, tried on the root rounds' point before RENS."""
+    from ..formulation import canonical_schedule
+    from .lp_rounding import _Evaluator, rounding_candidates
+
+    evaluate = _Evaluator(graph)
+    best = None
+    for _label, S in rounding_candidates(sf.fractional(x)[1], "both", 32, seed=0):
+        cost, peak = evaluate(S)
+        if peak <= budget_bytes and (best is None or cost < best[0] - 1e-9):
+            best = (cost, S)
+    if best is None:
+        return None, None
+    schedule = Schedule(*canonical_schedule(graph, best[1]))
+    sim = simulate(graph, schedule, timeline=False)
+    if sim.peak_memory_bytes > budget_bytes:   # canonical form never uses more memory: a bug, not a schedule
+        log.warning("ilp: rounded schedule needs %d bytes > budget %d; discarded", sim.peak_memory_bytes, budget_bytes)
+        return None, None
+    return schedule, sim.total_cost
+
+
 def _rens_skipped(graph: Graph, start_cost: float | None, bound: float | None) -> bool:
     """Whether RENS is left out: with integer costs and the start one unit above the rounded ``bound``, only a
     schedule at the bound beats it, and the search that follows (the portfolio's short branch-and-cut first)
@@ -358,20 +382,23 @@ def solve_ilp(
         Let the solver print its log.
     warm_start : bool or Schedule
         ``True``: start from the cheapest schedule of the registered
-        heuristics and of ``lp-rounding`` (run last, on every graph, with
-        half of what is left of ``time_limit_s``; on graphs of up to 120
-        nodes without its local search (:data:`_WARM_START_POLISH_EVALS`),
-        since the search that follows improves it), so that the
-        result is never worse than theirs. The strong LP relaxation is solved before
-        lp-rounding: when it proves the best heuristic schedule optimal
-        (its bound rounded up when every cost is an integer), that schedule
-        is returned as ``OPTIMAL`` and neither lp-rounding nor the MILP runs.
-        On graphs of up to 120 nodes, after the root rounds (``cuts``), RENS
-        (:func:`_rens`: the MILP around the strengthened LP point, at most
-        1 s and a tenth of what is left of ``time_limit_s``) may supply a
-        cheaper start, which the strengthened bound may prove optimal too. A
-        :class:`~remat_core.Schedule`: start from it (no RENS). ``False``:
-        from nothing.
+        heuristics and of ``lp-rounding`` (with half of what is left of
+        ``time_limit_s``; on graphs of up to 120 nodes without its local
+        search (:data:`_WARM_START_POLISH_EVALS`), since the search that
+        follows improves it), so that the result is never worse than
+        theirs. The strong LP relaxation is solved first: when it proves the
+        best heuristic schedule optimal (its bound rounded up when every
+        cost is an integer), that schedule is returned as ``OPTIMAL`` and
+        nothing else runs. On graphs of up to 120 nodes (HiGHS, ``cuts``),
+        the root rounds come next; then the rounded strengthened LP point
+        (:func:`_rounded`, milliseconds), RENS (:func:`_rens`: the MILP
+        around that point, at most 1 s and a tenth of what is left of
+        ``time_limit_s``) and only then lp-rounding, each skipped once the
+        strengthened bound proves the best schedule so far; RENS and
+        lp-rounding are also skipped when that schedule costs one unit
+        above the bound (integer costs), where only the search can improve
+        on it. A :class:`~remat_core.Schedule`: start from it (no RENS).
+        ``False``: from nothing.
     solver_options : dict, optional
         Options passed to the solver library under its own names (for
         example ``{"mip_heuristic_effort": 0.2}`` for HiGHS). With HiGHS and
@@ -441,7 +468,7 @@ def solve_ilp(
     ('optimal', 11.0, True)
     """
     from ..formulation import build_milp
-    from .backends import get_backend
+    from .backends import get_backend, lp_sequence
 
     _check_options(time_limit_s, mip_rel_gap, threads)
     if search not in _SEARCHES:
@@ -489,6 +516,7 @@ def solve_ilp(
     t0 = time.perf_counter()
     warm: Schedule | None = None
     lp_bound: float | None = None
+    late_lp_rounding = False   # lp-rounding runs after RENS (below) rather than here
     if isinstance(warm_start, Schedule):
         sim = simulate(graph, warm_start, timeline=False)
         if sim.peak_memory_bytes <= budget_bytes:
@@ -504,7 +532,12 @@ def solve_ilp(
             root, relaxation = _root_lp_bound(graph, budget_bytes, backend, time_limit_s=left)
             if root is not None:
                 lp_bound = _proven_bound(graph, root)
-        if found.cost is None or lp_bound is None or not _meets(found.cost, lp_bound, mip_rel_gap):
+        # with the root rounds and RENS to come (HiGHS, strong formulation, small graphs), lp-rounding waits
+        # for them: RENS's schedule often meets the strengthened bound, and lp-rounding is then not needed
+        late_lp_rounding = (_LP_ROUNDING_AFTER_RENS and cuts and formulation == "strong" and backend == "highs" and relaxation is not None
+                            and graph.n <= _CUTS_MAX_NODES)
+        if not late_lp_rounding and (found.cost is None or lp_bound is None
+                                     or not _meets(found.cost, lp_bound, mip_rel_gap)):
             share = None
             if time_limit_s is not None:
                 share = max(_LP_ROUNDING_TIME_SHARE * (float(time_limit_s) - (time.perf_counter() - start)), 0.05)
@@ -557,6 +590,15 @@ def solve_ilp(
     child = None   # the portfolio's branch-and-cut process, started before RENS so that the two overlap
     try:
         if x_root is not None and backend == "highs" and not isinstance(warm_start, Schedule) and warm_start:
+            # the strengthened LP point rounded (milliseconds): often the optimum on small graphs
+            t0 = time.perf_counter()
+            found, found_cost = _rounded(graph, sf, x_root, budget_bytes)
+            stats["root_rounding"] = {"cost": found_cost, "time_s": time.perf_counter() - t0}
+            if found is not None and (warm is None or found_cost < stats["warm_start_cost"] - 1e-9):
+                warm, stats["warm_start_method"], stats["warm_start_cost"] = found, "root rounding", found_cost
+                done = proven_optimal()
+                if done is not None:
+                    return done
             if search == "portfolio":
                 from .portfolio import start_child
 
@@ -580,6 +622,26 @@ def solve_ilp(
                     return done
                 if child is not None:
                     child.outbox.post(found_cost - sf.objective_offset, sf.encode(found))   # taken at its next node
+        if late_lp_rounding and _rens_skipped(graph, None if warm is None else stats["warm_start_cost"], lp_bound):
+            stats["lp_rounding"] = {"skipped": "the start is one unit above the bound", "cost": None}
+        elif late_lp_rounding:
+            t0 = time.perf_counter()
+            share = None
+            if time_limit_s is not None:
+                share = max(_LP_ROUNDING_TIME_SHARE * (float(time_limit_s) - (time.perf_counter() - start)), 0.05)
+            # from the root LP (not the strengthened one: lp-rounding re-solves it at smaller budgets), in an LP
+            # sequence of its own, since the root rounds' sequence holds the rows they added
+            late = _warm_start(graph, budget_bytes, include_lp_rounding=True, lp_rounding_time_limit_s=share,
+                               heuristics=False, relaxation=(relaxation[0], relaxation[1], lp_sequence(backend)),
+                               polish_evals=_WARM_START_POLISH_EVALS)
+            stats["lp_rounding"] = {"cost": late.cost, "time_s": time.perf_counter() - t0, "after": "rens"}
+            if late.schedule is not None and (warm is None or late.cost < stats["warm_start_cost"] - 1e-9):
+                warm, stats["warm_start_method"], stats["warm_start_cost"] = late.schedule, late.method, late.cost
+                done = proven_optimal()
+                if done is not None:
+                    return done
+                if child is not None:
+                    child.outbox.post(late.cost - sf.objective_offset, sf.encode(late.schedule))
         return _search(graph, budget_bytes, sf, warm, lp_bound, stats, search=search, backend=backend,
                        formulation=formulation, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap,
                        threads=threads, verbose=verbose, solver_options=solver_options, start=start, lower=lower,

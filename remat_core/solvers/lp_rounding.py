@@ -335,6 +335,7 @@ def solve_lp_rounding(
     validate_time_limit(time_limit_s)
     lps = _relaxation[2] if _relaxation is not None else lp_sequence(backend, verbose=verbose)
     unit = _relaxation[0].memory_unit if _relaxation is not None else None
+    like = _relaxation[0] if _relaxation is not None and _relaxation[0].formulation == formulation else None
     start = time.perf_counter()
     base_cost = float(graph.cost.sum())
     stats: dict[str, Any] = {"backend": backend, "formulation": formulation, "rounding": rounding}
@@ -371,10 +372,12 @@ def solve_lp_rounding(
         else:
             # one memory unit for every allowance: the LPs then differ only in bounds, and each
             # re-solve starts from the last optimal basis (HiGHS)
-            sf = build_milp(graph, lp_budget, formulation, memory_unit=unit)
+            sf = None if like is None else like.with_budget(lp_budget)   # bounds only, where it can
+            if sf is None:
+                sf = build_milp(graph, lp_budget, formulation, memory_unit=unit)
             lp_limit = None if time_limit_s is None else max(time_limit_s - (time.perf_counter() - start), 0.05)
             out = lps.solve(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, time_limit_s=lp_limit)
-        unit = sf.memory_unit
+        unit, like = sf.memory_unit, sf
         lp_time += time.perf_counter() - t0
         if out.status is not SolveStatus.OPTIMAL and out.status is not SolveStatus.INFEASIBLE:
             # the LP solver stopped early: the time limit (the LP itself is always feasible or infeasible)

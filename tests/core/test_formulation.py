@@ -193,3 +193,37 @@ def test_knapsack_rows_only_where_sizes_differ_and_leave_the_lp_bound():
         bounds.append(out.objective)
     # implied by the strong LP (through its FREE columns): only the MILP's cut generation gains
     assert bounds[0] == pytest.approx(bounds[1], rel=1e-7)
+
+
+@pytest.mark.parametrize("memory_rows", ["cumulative", "recurrence"])
+def test_with_budget_equals_a_new_build(memory_rows):
+    """Re-budgeting changes bounds only and gives exactly the program a new build in the same unit gives
+    (workspace and fixed bytes included); where a build would differ in shape it declines."""
+    g = random_training_graph(10, 2, seed=3)
+    g = g.replace(workspace_bytes=(np.arange(g.n) % 3 == 0).astype(np.int64), fixed_bytes=2)
+    lo = g.min_budget_lower_bound_bytes()
+    base = build_milp(g, lo + 30, "strong", memory_rows=memory_rows)
+    for budget in (lo, lo + 7, lo + 30, lo + 200):
+        ref = build_milp(g, budget, "strong", memory_rows=memory_rows, memory_unit=base.memory_unit)
+        got = base.with_budget(budget)
+        assert got.budget_bytes == budget and got.A is base.A and got.c is base.c
+        assert (got.A != ref.A).nnz == 0
+        for name in ("row_lo", "row_hi", "col_lo", "col_hi", "integrality"):
+            np.testing.assert_array_equal(getattr(got, name), getattr(ref, name), err_msg=name)
+    assert len(base.budget_rows) > 0
+    # the base program is untouched
+    np.testing.assert_array_equal(base.row_hi, build_milp(g, lo + 30, "strong", memory_rows=memory_rows).row_hi)
+    # below the fixed bytes a build adds an infeasible row: declined, on either side
+    assert base.with_budget(1) is None
+    assert build_milp(g, 1, "strong", memory_unit=base.memory_unit).with_budget(lo) is None
+    # the paper formulation and a program with rows added record no budget rows
+    assert build_milp(g, lo + 30, "paper").with_budget(lo) is None
+    from remat_core.formulation.cuts import with_rows, without_family
+
+    extra = with_rows(base, sp.csr_array(np.ones((1, base.n_cols))), np.zeros(1), np.full(1, np.inf), "extra")
+    assert extra.with_budget(lo) is None
+    # removing a family renumbers the budget rows
+    fewer = without_family(base, "one_copy")
+    ref = without_family(build_milp(g, lo + 7, "strong", memory_rows=memory_rows, memory_unit=base.memory_unit),
+                         "one_copy")
+    np.testing.assert_array_equal(fewer.with_budget(lo + 7).row_hi, ref.row_hi)

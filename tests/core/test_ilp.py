@@ -120,10 +120,10 @@ def test_never_worse_than_lp_rounding_under_a_time_limit():
     # below 120 nodes the warm start's local search is short (the MILP goes on from it)
     short = solve(g, budget, method="lp-rounding", time_limit_s=60,
                   polish_evals=ilp_module._WARM_START_POLISH_EVALS)
-    # the start is lp-rounding's, unless RENS after the root rounds found a cheaper one
+    # the start is lp-rounding's, unless the rounded root point or RENS (both tried first) found one at least
+    # as cheap; lp-rounding then runs only if the bound does not prove that start
     assert res.stats["warm_start_cost"] <= short.objective
-    assert res.stats["warm_start_method"] == "lp-rounding" or (
-        res.stats["warm_start_method"] == "rens" and res.stats["rens"]["cost"] < short.objective)
+    assert res.stats["warm_start_method"] in ("lp-rounding", "root rounding", "rens")
     assert res.success and res.objective <= min(lp.objective, short.objective)
     # a tiny limit is kept: the warm start is returned if lp-rounding's LP finished within its share,
     # otherwise (a slow or loaded machine) there is honestly no schedule, since no heuristic fits here
@@ -276,11 +276,12 @@ def test_time_limit_is_kept_on_a_graph_whose_lp_is_slow():
     assert elapsed < 2.0 + 8.0, elapsed
 
 
-def test_the_root_lp_is_solved_once(monkeypatch):
-    # the LP bound step, lp-rounding's allowance 0, the cut rounds and the MILP share one program
+def test_the_program_is_built_once(monkeypatch):
+    # the LP bound step, the cut rounds, lp-rounding (its allowance 0 and, re-budgeted, the others) and the
+    # MILP share one program: one build in all
     import remat_core.formulation as formulation
 
-    g, budget = random_training_graph(5, 2, seed=1), 39
+    g, budget = random_training_graph(5, 2, seed=4), 44
     built = []
     real = formulation.build_milp
 
@@ -290,13 +291,15 @@ def test_the_root_lp_is_solved_once(monkeypatch):
 
     monkeypatch.setattr(formulation, "build_milp", counting)
     res = solve(g, budget, method="ilp")
-    assert res.status is SolveStatus.OPTIMAL and res.objective == 122
-    assert res.stats["warm_start_method"] == "lp-rounding" and not res.stats.get("milp_skipped")
-    # one program: the root LP's, reused by lp-rounding, by the path-inequality rounds and by the MILP
-    assert [b for b, _, _ in built].count(budget) == 1, built
-    assert res.stats["cuts"]["first_lp_warm"]                  # restarted from lp-rounding's last basis
+    assert res.status is SolveStatus.OPTIMAL and res.objective == 169 and not res.stats.get("milp_skipped")
+    assert res.stats["lp_rounding"]["after"] == "rens"          # it ran (after the rounded point and RENS)
+    assert [b for b, _, _ in built] == [budget], built
+    assert res.stats["cuts"]["first_lp_warm"]                  # the root rounds restart from the root LP's basis
+    # lp-rounding on its own builds a program per allowance and rounds to the same schedule
+    built.clear()
     alone = solve(g, budget, method="lp-rounding", polish_evals=ilp_module._WARM_START_POLISH_EVALS)
-    assert alone.objective == res.stats["warm_start_cost"]      # the reused LP rounds to the same schedule
+    assert alone.objective == res.stats["lp_rounding"]["cost"]
+    assert len(built) == 1 and alone.stats["lp_warm_solves"] >= 1   # the rest re-budgeted and re-solved warm
 
 
 @pytest.mark.parametrize("root_lp_max_nodes", [120, 10])
@@ -306,7 +309,7 @@ def test_warm_start_local_search_is_short_when_the_milp_follows(monkeypatch, roo
     import remat_core.solvers as solvers
 
     monkeypatch.setattr(ilp_module, "_ROOT_LP_MAX_NODES", root_lp_max_nodes)
-    g, budget = random_training_graph(5, 2, seed=1), 39    # 19 nodes; no heuristic fits
+    g, budget = random_training_graph(5, 2, seed=4), 44    # 19 nodes; lp-rounding runs (after RENS)
     seen = []
     real = solvers.solve
 
@@ -317,8 +320,7 @@ def test_warm_start_local_search_is_short_when_the_milp_follows(monkeypatch, roo
 
     monkeypatch.setattr(solvers, "solve", spying)
     res = real(g, budget, method="ilp")
-    assert res.status is SolveStatus.OPTIMAL and res.objective == 122
-    assert res.stats["warm_start_method"] == "lp-rounding"
+    assert res.status is SolveStatus.OPTIMAL and res.objective == 169
     assert seen == [ilp_module._WARM_START_POLISH_EVALS if root_lp_max_nodes >= g.n else None]
 
 
@@ -394,7 +396,7 @@ def test_rens_improves_the_start_within_budget_and_time():
     """RENS around the strengthened root LP point: a schedule within budget, costed by the simulator, no worse
     than lp-rounding's without local search; a short limit is kept."""
     ilp = importlib.import_module("remat_core.solvers.ilp")
-    for g, budget in [(random_training_graph(10, 2, seed=4), 54), (random_training_graph(16, 2, seed=8), 69)]:
+    for g, budget in [(random_training_graph(10, 2, seed=4), 54), (random_training_graph(10, 2, seed=7), 59)]:
         sf, _bound, stats = ilp._strengthen(build_milp(g, budget, "strong"), "highs", 1, None)
         x = stats["x"]
         start = solve(g, budget, method="lp-rounding", polish_evals=0)
@@ -408,16 +410,28 @@ def test_rens_improves_the_start_within_budget_and_time():
         assert time.perf_counter() - t0 < 2.0
 
 
-def test_rens_and_the_root_bound_prove_without_a_search():
-    """random(16 layers, seed 8) at 69: the root rounds bound the cost at 251 and RENS finds a schedule of 251,
-    so no MILP runs; with ``warm_start=False`` (no RENS) the search proves the same optimum."""
+def test_the_root_bound_proves_the_rounded_root_point_without_a_search():
+    """random(16 layers, seed 8) at 69: the root rounds bound the cost at 251 and their LP point rounds to a
+    schedule of 251, so neither RENS, lp-rounding nor a MILP runs; with ``warm_start=False`` the search proves
+    the same optimum."""
+    ilp = importlib.import_module("remat_core.solvers.ilp")
     g, budget = random_training_graph(16, 2, seed=8), 69
     res = solve(g, budget, method="ilp")
     assert res.status is SolveStatus.OPTIMAL and res.objective == 251 and res.lower_bound == 251
-    assert res.stats["milp_skipped"] and res.stats["warm_start_method"] == "rens"
-    assert res.stats["rens"]["cost"] == 251 and res.stats["cuts"]["cover_rows"] > 0
+    assert res.stats["milp_skipped"] and res.stats["warm_start_method"] == "root rounding"
+    assert res.stats["root_rounding"]["cost"] == 251 and res.stats["cuts"]["cover_rows"] > 0
+    assert "rens" not in res.stats and "lp_rounding" not in res.stats
+    sim = simulate(g, res.schedule)
+    assert sim.peak_memory_bytes <= budget and sim.total_cost == 251
     plain = solve(g, budget, method="ilp", warm_start=False)
-    assert plain.status is SolveStatus.OPTIMAL and plain.objective == 251 and "rens" not in plain.stats
+    assert plain.status is SolveStatus.OPTIMAL and plain.objective == 251 and "root_rounding" not in plain.stats
+    # the rounding itself: within budget and simulated, and None where no rounding fits (the LP point of the
+    # root LP at a budget below the one it was solved for)
+    sf, _bound, stats = ilp._strengthen(build_milp(g, budget, "strong"), "highs", 1, None)
+    found, cost = ilp._rounded(g, sf, stats["x"], budget)
+    assert found is not None and cost == simulate(g, found).total_cost and cost >= 251
+    lo = g.min_budget_lower_bound_bytes()
+    assert ilp._rounded(g, sf, stats["x"], lo - 1) == (None, None)
 
 
 def test_rens_is_skipped_one_unit_above_the_bound():
