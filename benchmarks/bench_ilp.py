@@ -7,7 +7,7 @@ times, one after the other in this process: ``formulation="paper"`` and
 ``formulation="strong"`` without warm start, HiGHS alone (the formulations
 alone; the strong one with and without its root rounds of path and cover
 inequalities), the ``ilp`` method's default (heuristics, the strong LP bound,
-lp-rounding, root rounds, RENS, then, warm-started, the portfolio of HiGHS's
+root rounds, the rounded root point, RENS, lp-rounding, then, warm-started, the portfolio of HiGHS's
 MILP and our branch-and-cut on two cores), the same with ``search="milp"``
 (HiGHS alone) and with ``search="branch-and-cut"`` (our search alone). The
 root LP bound of each formulation is reported too. ``bench_ilp_random.py``
@@ -158,9 +158,9 @@ def render(raw, limit, command, machine) -> str:
         "in `results/ilp.json`); "
         "*paper* and *strong* start from nothing and run HiGHS's MILP alone (`search=\"milp\"`), *ilp "
         "default* is the method as shipped: the registered "
-        "heuristics, then the strong LP relaxation, then lp-rounding, then the root rounds (path inequalities "
-        "and lifted cover inequalities of the knapsack rows, `remat_core.formulation.cuts`), then RENS around "
-        "the strengthened LP point (when the bound, rounded up with integer costs, meets the best schedule at "
+        "heuristics, then the strong LP relaxation, then the root rounds (path inequalities "
+        "and lifted cover inequalities of the knapsack rows, `remat_core.formulation.cuts`), then the "
+        "strengthened LP point rounded, then RENS around it, then lp-rounding (when the bound, rounded up with integer costs, meets the best schedule at "
         "any of these steps, no search runs: *no MILP*), then, warm-started from the best schedule, "
         "`search=\"auto\"`: on this 2-core machine the *portfolio*: a short branch-and-cut in this process "
         "(at most 50 nodes, 0.5 s) while a child process starts, then HiGHS's MILP here and our branch-and-cut "

@@ -442,5 +442,6 @@ def test_rens_is_skipped_one_unit_above_the_bound():
     res = solve(g, 4, method="ilp")
     assert res.status is SolveStatus.OPTIMAL and res.objective == 26
     assert res.stats["lp_bound"] == 25 and "skipped" in res.stats["rens"] and res.stats["rens"]["cost"] is None
+    assert "skipped" in res.stats["lp_rounding"] and res.stats["lp_rounding"]["cost"] is None   # same rule
     frac = solve(g.replace(cost=g.cost + 0.5), 4, method="ilp")
     assert frac.status is SolveStatus.OPTIMAL and "tries" in frac.stats["rens"]
