@@ -201,7 +201,7 @@ class LPSequence:
         self._h, self._key = highspy.Highs(), key
         _configure(self._h, time_limit_s, None, self.threads, self.verbose, None)
         # HiGHS's LP presolve costs more than it saves on these programs: the root LP of
-        # random(16 layers, seed 4) takes 18 ms without it and 80 ms with it (docs/formulation.rst)
+        # random(16 layers, seed 4) took 21 ms without it and 83 ms with it (benchmarks/README.md, lp-presolve)
         self._h.setOptionValue("presolve", "off")
         _pass_model(self._h, c, csc, row_lo, row_hi, col_lo, col_hi, np.zeros(len(c), np.int32))
         out = _run(self._h, False)
