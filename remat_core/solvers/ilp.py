@@ -47,7 +47,6 @@ _WARM_START_POLISH_EVALS = 0
 _HIGHS_STRONG_DEFAULTS = {"mip_pscost_minreliable": 0}
 #: Largest graph on which path inequalities are separated (the dynamic program holds ``n**3`` numbers).
 _CUTS_MAX_NODES = _ROOT_LP_MAX_NODES
-_LP_ROUNDING_AFTER_RENS = True
 #: Rounds of path-inequality separation, and rows added per round at most (the most violated).
 _CUT_ROUNDS, _CUTS_PER_ROUND = 30, 500
 #: Share of what is left of ``time_limit_s`` that the separation rounds may use.
@@ -532,9 +531,10 @@ def solve_ilp(
             root, relaxation = _root_lp_bound(graph, budget_bytes, backend, time_limit_s=left)
             if root is not None:
                 lp_bound = _proven_bound(graph, root)
-        # with the root rounds and RENS to come (HiGHS, strong formulation, small graphs), lp-rounding waits
-        # for them: RENS's schedule often meets the strengthened bound, and lp-rounding is then not needed
-        late_lp_rounding = (_LP_ROUNDING_AFTER_RENS and cuts and formulation == "strong" and backend == "highs" and relaxation is not None
+        # with the root rounds, the rounded root point and RENS to come (HiGHS, strong formulation, small
+        # graphs), lp-rounding waits for them: their schedule often meets the strengthened bound, and
+        # lp-rounding is then not needed
+        late_lp_rounding = (cuts and formulation == "strong" and backend == "highs" and relaxation is not None
                             and graph.n <= _CUTS_MAX_NODES)
         if not late_lp_rounding and (found.cost is None or lp_bound is None
                                      or not _meets(found.cost, lp_bound, mip_rel_gap)):
@@ -588,17 +588,28 @@ def solve_ilp(
                 return done
     stats["size"] = sf.size()
     child = None   # the portfolio's branch-and-cut process, started before RENS so that the two overlap
+
+    def offer(schedule: Schedule | None, cost: float | None, method: str) -> RematResult | None:
+        """Keep ``schedule`` as the start if it is cheaper (and pass it to a running child); the result when
+        the bound proves it optimal, else None."""
+        nonlocal warm
+        if schedule is None or (warm is not None and cost >= stats["warm_start_cost"] - 1e-9):
+            return None
+        warm, stats["warm_start_method"], stats["warm_start_cost"] = schedule, method, cost
+        done = proven_optimal()
+        if done is None and child is not None:
+            child.outbox.post(cost - sf.objective_offset, sf.encode(schedule))   # taken at its next node
+        return done
+
     try:
         if x_root is not None and backend == "highs" and not isinstance(warm_start, Schedule) and warm_start:
             # the strengthened LP point rounded (milliseconds): often the optimum on small graphs
             t0 = time.perf_counter()
             found, found_cost = _rounded(graph, sf, x_root, budget_bytes)
             stats["root_rounding"] = {"cost": found_cost, "time_s": time.perf_counter() - t0}
-            if found is not None and (warm is None or found_cost < stats["warm_start_cost"] - 1e-9):
-                warm, stats["warm_start_method"], stats["warm_start_cost"] = found, "root rounding", found_cost
-                done = proven_optimal()
-                if done is not None:
-                    return done
+            done = offer(found, found_cost, "root rounding")
+            if done is not None:
+                return done
             if search == "portfolio":
                 from .portfolio import start_child
 
@@ -615,13 +626,9 @@ def solve_ilp(
                     left = float(time_limit_s) - (time.perf_counter() - start)
                     cap = min(cap, max(_RENS_TIME_SHARE * left, 0.05))
                 found, found_cost, stats["rens"] = _rens(graph, sf, x_root, budget_bytes, cap, threads)
-            if found is not None and (warm is None or found_cost < stats["warm_start_cost"] - 1e-9):
-                warm, stats["warm_start_method"], stats["warm_start_cost"] = found, "rens", found_cost
-                done = proven_optimal()
-                if done is not None:
-                    return done
-                if child is not None:
-                    child.outbox.post(found_cost - sf.objective_offset, sf.encode(found))   # taken at its next node
+            done = offer(found, found_cost, "rens")
+            if done is not None:
+                return done
         if late_lp_rounding and _rens_skipped(graph, None if warm is None else stats["warm_start_cost"], lp_bound):
             stats["lp_rounding"] = {"skipped": "the start is one unit above the bound", "cost": None}
         elif late_lp_rounding:
@@ -635,13 +642,9 @@ def solve_ilp(
                                heuristics=False, relaxation=(relaxation[0], relaxation[1], lp_sequence(backend)),
                                polish_evals=_WARM_START_POLISH_EVALS)
             stats["lp_rounding"] = {"cost": late.cost, "time_s": time.perf_counter() - t0, "after": "rens"}
-            if late.schedule is not None and (warm is None or late.cost < stats["warm_start_cost"] - 1e-9):
-                warm, stats["warm_start_method"], stats["warm_start_cost"] = late.schedule, late.method, late.cost
-                done = proven_optimal()
-                if done is not None:
-                    return done
-                if child is not None:
-                    child.outbox.post(late.cost - sf.objective_offset, sf.encode(late.schedule))
+            done = offer(late.schedule, late.cost, late.method)
+            if done is not None:
+                return done
         return _search(graph, budget_bytes, sf, warm, lp_bound, stats, search=search, backend=backend,
                        formulation=formulation, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap,
                        threads=threads, verbose=verbose, solver_options=solver_options, start=start, lower=lower,
