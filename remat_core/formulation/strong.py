@@ -195,9 +195,9 @@ def build_strong(graph: Graph, budget_bytes: int, memory_rows: str = "cumulative
     # ---------------------------------------------------------------- memory
     budget_rows: list[np.ndarray] = []   # rows whose upper bound is a constant + cap (StandardForm.with_budget)
     s_m = m[I]  # coefficient of S[t, i]
-    stage_S = [np.flatnonzero(T == t) for t in range(n)]  # S columns (== nv + index) of each stage
-    f_by_stage = np.searchsorted(ft, np.arange(n + 1))
     if memory_rows == "recurrence":
+        stage_S = [np.flatnonzero(T == t) for t in range(n)]  # S columns (== nv + index) of each stage
+        f_by_stage = np.searchsorted(ft, np.arange(n + 1))
         rows, cols, vals, rhs_lo, rhs_hi = [], [], [], [], []
         row = 0
         for t in range(n):
@@ -236,26 +236,31 @@ def build_strong(graph: Graph, budget_bytes: int, memory_rows: str = "cumulative
                    np.concatenate([np.ones(len(wt)), ws[wk[~const]]]),
                    -np.inf, np.where(const, cap - ws[wk], cap)))
     else:
-        rows, cols, vals, his = [], [], [], []
-        row = 0
-        for t in range(n):
-            ks = K_k[K_t == t]
-            fs = slice(f_by_stage[t], f_by_stage[t + 1])
-            f_j, f_c, f_m = fj[fs], fcol[fs], m[fi[fs]]
-            sc = nv + stage_S[t]
-            r_k = ks[ks < t]
-            for k in ks:
-                rk = r_k[r_k <= k]
-                sel = f_j < k
-                cc = np.concatenate([sc, Rcol[t, rk], f_c[sel]])
-                vv = np.concatenate([s_m[stage_S[t]], m[rk] + np.where(rk == k, ws[k], 0.0), -f_m[sel]])
-                cols.append(cc)
-                vals.append(vv)
-                rows.append(np.full(len(cc), row))
-                his.append(cap - (m[t] + ws[t] if k == t else 0.0))
-                row += 1
-        budget_rows.append(rb.add("memory", row, np.concatenate(rows), np.concatenate(cols), np.concatenate(vals),
-                                  -np.inf, np.asarray(his)))
+        # one row per (stage t, computable node k): the kept values S[t, .], the values R[t, j <= k]
+        # computed so far in the stage (with k's workspace), minus those freed after a user j < k
+        rows_k = len(K_t)
+        row_start = np.searchsorted(K_t, np.arange(n + 1))         # rows of stage t: row_start[t]..[t+1]
+        col_start = np.searchsorted(T, np.arange(n + 1))           # R and S columns of stage t (contiguous)
+        n_cols_t = np.diff(col_start)
+        pos = np.arange(rows_k) - row_start[K_t]                    # k's place among the stage's rows
+        # the kept values: every S column of the stage
+        cnt_s = n_cols_t[K_t]
+        r_s = np.repeat(np.arange(rows_k), cnt_s)
+        i_s = np.repeat(col_start[K_t], cnt_s) + _offsets(cnt_s)
+        # the computed values: the stage's R columns up to k (its rows are its R nodes in order, then t)
+        cnt_r = np.minimum(pos + 1, n_cols_t[K_t])
+        r_r = np.repeat(np.arange(rows_k), cnt_r)
+        i_r = np.repeat(col_start[K_t], cnt_r) + _offsets(cnt_r)
+        v_r = m[I[i_r]] + np.where(I[i_r] == K_k[r_r], ws[K_k[r_r]], 0.0)
+        # the freed values: FREE[t, i, j] in every row of the stage after j
+        after = np.searchsorted(K_t * n + K_k, ft * n + fj, side="right")   # first row of stage ft with k > fj
+        cnt_f = row_start[ft + 1] - after
+        r_f = np.repeat(after, cnt_f) + _offsets(cnt_f)
+        e_f = np.repeat(np.arange(nf), cnt_f)
+        his = cap - np.where(K_k == K_t, m[K_t] + ws[K_t], 0.0)
+        budget_rows.append(rb.add("memory", rows_k, np.concatenate([r_s, r_r, r_f]),
+                                  np.concatenate([nv + i_s, i_r, fcol[e_f]]),
+                                  np.concatenate([s_m[i_s], v_r, -m[fi[e_f]]]), -np.inf, his))
 
     if on("knapsack"):
         # the values kept into stage t+1 (other than t and its inputs) are all present when t is computed:
@@ -292,3 +297,9 @@ def build_strong(graph: Graph, budget_bytes: int, memory_rows: str = "cumulative
         canonical=on("canonical") or on("one_copy"), row_families=dict(rb.families),
         budget_rows=np.concatenate(budget_rows) if budget_rows else np.zeros(0, np.int64),
     )
+
+
+def _offsets(counts: np.ndarray) -> np.ndarray:
+    """``0..c-1`` for each ``c`` in ``counts``, concatenated."""
+    total = int(counts.sum())
+    return np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)

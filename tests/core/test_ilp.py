@@ -276,9 +276,21 @@ def test_time_limit_is_kept_on_a_graph_whose_lp_is_slow():
     assert elapsed < 2.0 + 8.0, elapsed
 
 
-def test_the_program_is_built_once(monkeypatch):
+def _no_start_but_lp_rounding(monkeypatch):
+    """Switch off every source of a start in ``ilp`` except lp-rounding (heuristics, rounded root point, RENS), so
+    that lp-rounding, which runs only when none found a schedule, runs on a graph the root rounds apply to."""
+    from remat_core import available_methods
+
+    monkeypatch.setattr(ilp_module, "_NOT_FOR_WARM_START", frozenset(available_methods()))
+    monkeypatch.setattr(ilp_module, "_rounded", lambda *a: (None, None))
+    monkeypatch.setattr(ilp_module, "_rens", lambda *a: (None, None, {"cost": None}))
+
+
+@pytest.mark.parametrize("other_starts", [True, False])
+def test_the_program_is_built_once(monkeypatch, other_starts):
     # the LP bound step, the cut rounds, lp-rounding (its allowance 0 and, re-budgeted, the others) and the
-    # MILP share one program: one build in all
+    # MILP share one program: one build in all. lp-rounding runs only when neither a heuristic, the rounded
+    # root point nor RENS found a schedule; here they are switched off to make it run
     import remat_core.formulation as formulation
 
     g, budget = random_training_graph(5, 2, seed=4), 44
@@ -290,10 +302,16 @@ def test_the_program_is_built_once(monkeypatch):
         return real(graph, budget_bytes, *args, **kwargs)
 
     monkeypatch.setattr(formulation, "build_milp", counting)
+    if not other_starts:
+        _no_start_but_lp_rounding(monkeypatch)
     res = solve(g, budget, method="ilp")
     assert res.status is SolveStatus.OPTIMAL and res.objective == 169 and not res.stats.get("milp_skipped")
-    assert res.stats["lp_rounding"]["after"] == "rens"          # it ran (after the rounded point and RENS)
     assert [b for b, _, _ in built] == [budget], built
+    if other_starts:   # the rounded root point found the start: lp-rounding is left out
+        assert res.stats["warm_start_method"] == "root rounding"
+        assert "skipped" in res.stats["lp_rounding"] and res.stats["lp_rounding"]["cost"] is None
+        return
+    assert res.stats["lp_rounding"]["after"] == "rens" and res.stats["warm_start_method"] == "lp-rounding"
     assert res.stats["cuts"]["first_lp_warm"]                  # the root rounds restart from the root LP's basis
     # lp-rounding on its own builds a program per allowance and rounds to the same schedule
     built.clear()
@@ -309,7 +327,8 @@ def test_warm_start_local_search_is_short_when_the_milp_follows(monkeypatch, roo
     import remat_core.solvers as solvers
 
     monkeypatch.setattr(ilp_module, "_ROOT_LP_MAX_NODES", root_lp_max_nodes)
-    g, budget = random_training_graph(5, 2, seed=4), 44    # 19 nodes; lp-rounding runs (after RENS)
+    _no_start_but_lp_rounding(monkeypatch)   # with 120, lp-rounding then runs after the root rounds
+    g, budget = random_training_graph(5, 2, seed=4), 44    # 19 nodes
     seen = []
     real = solvers.solve
 
