@@ -7,7 +7,8 @@ times, one after the other in this process: ``formulation="paper"`` and
 ``formulation="strong"`` without warm start, HiGHS alone (the formulations
 alone; the strong one with and without its root rounds of path and cover
 inequalities), the ``ilp`` method's default (heuristics, the strong LP bound,
-root rounds, the rounded root point, RENS, lp-rounding, then, warm-started, the portfolio of HiGHS's
+root rounds, the rounded root point, RENS, lp-rounding if none of them found a schedule, then,
+warm-started, the portfolio of HiGHS's
 MILP and our branch-and-cut on two cores), the same with ``search="milp"``
 (HiGHS alone) and with ``search="branch-and-cut"`` (our search alone). The
 root LP bound of each formulation is reported too. ``bench_ilp_random.py``
@@ -160,7 +161,7 @@ def render(raw, limit, command, machine) -> str:
         "default* is the method as shipped: the registered "
         "heuristics, then the strong LP relaxation, then the root rounds (path inequalities "
         "and lifted cover inequalities of the knapsack rows, `remat_core.formulation.cuts`), then the "
-        "strengthened LP point rounded, then RENS around it, then lp-rounding (when the bound, rounded up with integer costs, meets the best schedule at "
+        "strengthened LP point rounded, then RENS around it, then lp-rounding only if no schedule was found yet (when the bound, rounded up with integer costs, meets the best schedule at "
         "any of these steps, no search runs: *no MILP*), then, warm-started from the best schedule, "
         "`search=\"auto\"`: on this 2-core machine the *portfolio*: a short branch-and-cut in this process "
         "(at most 50 nodes, 0.5 s) while a child process starts, then HiGHS's MILP here and our branch-and-cut "

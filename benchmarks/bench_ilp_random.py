@@ -8,7 +8,7 @@ way from its hard lower bound (the largest single step) to checkpoint-all's
 peak, the rule behind ``bench_ilp.py``'s random budgets. Per instance:
 ``formulation="paper"`` from nothing (HiGHS, as the issue measures it), the
 shipped default (``method="ilp"``: heuristics, root LP, root rounds, the
-rounded root point, RENS, lp-rounding, then the portfolio) and HiGHS alone after the same warm start
+rounded root point, RENS, lp-rounding if none found a schedule, then the portfolio) and HiGHS alone after the same warm start
 (``search="milp"``); all three must prove the same optimum. A log-log plot of
 the two times goes to ``results/ilp_random.png``.
 
@@ -139,8 +139,8 @@ def render(raw, meta) -> str:
         f"{REPEAT_BUDGET_S:.0f} s (at most {REPEAT_MAX_RUNS} runs; the median run is shown, of two the slower). "
         "*paper*: `formulation=\"paper\"`, no warm start, HiGHS "
         "defaults (as the issue measures it); *ilp*: the method as shipped, all of it in the time (heuristics, "
-        "root LP, root rounds of path and lifted cover inequalities, the rounded root point, RENS, lp-rounding, "
-        "each only while the bound does not prove the best schedule, then on this 2-core "
+        "root LP, root rounds of path and lifted cover inequalities, the rounded root point, RENS, lp-rounding "
+        "(only without a schedule by then), each only while the bound does not prove the best schedule, then on this 2-core "
         "machine the portfolio; *how*: what proved it); *HiGHS alone*: the same with `search=\"milp\"`. The "
         "optima agree (asserted, every run). Plot: `results/ilp_random.png`.",
         "",

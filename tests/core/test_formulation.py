@@ -195,6 +195,58 @@ def test_knapsack_rows_only_where_sizes_differ_and_leave_the_lp_bound():
     assert bounds[0] == pytest.approx(bounds[1], rel=1e-7)
 
 
+def _with_workspace(g, every: int, fixed_bytes: int = 0):
+    return g.replace(workspace_bytes=(np.arange(g.n) % every == 0).astype(np.int64) * 3, fixed_bytes=fixed_bytes)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: random_training_graph(5, 2, seed=5),
+    lambda: _with_workspace(random_training_graph(10, 2, seed=3), 4, fixed_bytes=3),
+    lambda: _with_workspace(linear_graph(6), 1),
+])
+def test_cumulative_memory_rows_match_their_definition(make):
+    """The strong formulation's memory rows (assembled with index arithmetic) against the definition written
+    out row by row: for stage t and each node k it may compute (k = t last), the kept values S[t, .], the values
+    R[t, j <= k] computed so far (k's workspace added to R[t, k]) minus those FREE[t, i, j] freed after a user
+    j < k, at most the budget less the fixed bytes (less m_t + ws_t in the row of t itself)."""
+    graph = make()
+    budget = graph.min_budget_lower_bound_bytes() + 5
+    sf = build_milp(graph, budget, "strong", memory_rows="cumulative")
+    unit = sf.memory_unit
+    m, ws = graph.memory_bytes / unit, graph.workspace_bytes / unit
+    cap = (budget - graph.fixed_bytes) / unit
+    S = {(t, i): c for t, i, c in zip(sf.s_t, sf.s_i, sf.s_col)}
+    R = {(t, i): c for t, i, c in zip(sf.r_t, sf.r_i, sf.r_col)}
+    F = list(zip(sf.f_t, sf.f_i, sf.f_k, sf.f_col))
+    expected, his = [], []
+    for t in range(graph.n):
+        for k in sorted({i for (tt, i) in R if tt == t} | {t}):
+            row = {}
+            for (tt, i), c in S.items():
+                if tt == t:
+                    row[c] = m[i]
+            for (tt, j), c in R.items():
+                if tt == t and j <= k:
+                    row[c] = m[j] + (ws[k] if j == k else 0.0)
+            for ft, fi, fj, c in F:
+                if ft == t and fj < k:
+                    row[c] = -m[fi]
+            expected.append(row)
+            his.append(cap - (m[t] + ws[t] if k == t else 0.0))
+    families = list(sf.row_families)
+    first = sum(sf.row_families[f] for f in families[:families.index("memory")])
+    assert sf.row_families["memory"] == len(expected)
+    block = sf.A.tocsr()[first:first + len(expected)]
+    for r, row in enumerate(expected):
+        got = {int(c): float(v) for c, v in zip(block.indices[block.indptr[r]:block.indptr[r + 1]],
+                                                block.data[block.indptr[r]:block.indptr[r + 1]])}
+        want = {c: v for c, v in row.items() if v != 0}
+        assert got.keys() == want.keys(), r
+        assert all(got[c] == pytest.approx(want[c]) for c in want), r
+    np.testing.assert_allclose(sf.row_hi[first:first + len(expected)], his)
+    assert np.all(np.isneginf(sf.row_lo[first:first + len(expected)]))
+
+
 @pytest.mark.parametrize("memory_rows", ["cumulative", "recurrence"])
 def test_with_budget_equals_a_new_build(memory_rows):
     """Re-budgeting changes bounds only and gives exactly the program a new build in the same unit gives
