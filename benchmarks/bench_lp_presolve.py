@@ -6,7 +6,8 @@ root LP of each instance from scratch both ways, in one run, alternating the
 two, each several times (median), and checks that the optima agree. A second
 table does the same for the LPs of the portfolio's short branch-and-cut (at most
 50 nodes and 0.5 s, after ``ilp``'s root rounds, from the rounded root point or
-RENS), switching ``remat_core.solvers.branch_and_cut._LP_PRESOLVE``.
+RENS), switching ``remat_core.solvers.backends.highs._LP_PRESOLVE`` (which the
+short search reads when it starts).
 Instances: the six of ``bench_ilp.py``, the fifteen of ``bench_ilp_random.py``,
 and larger random graphs (24, 32 and 50 layers, seed 1) at the same budget
 rule; ``--quick`` takes the first three only.
@@ -35,6 +36,7 @@ from bench_ilp_random import instances as random_instances  # noqa: E402
 from remat_core import checkpoint_all_peak_bytes  # noqa: E402
 from remat_core.formulation import build_milp  # noqa: E402
 from remat_core.solvers import branch_and_cut as bc_module  # noqa: E402
+from remat_core.solvers.backends import highs as highs_backend  # noqa: E402
 from remat_core.solvers import ilp as ilp_module  # noqa: E402
 from remat_core.solvers.portfolio import _QUICK_NODES, _QUICK_S  # noqa: E402
 from remat_core.solvers.backends.highs import _pass_model  # noqa: E402
@@ -71,14 +73,14 @@ def quick_search(label, g, budget) -> dict:
     times = {"on": [], "off": []}
     for _ in range(RUNS):
         for mode in ("on", "off"):
-            bc_module._LP_PRESOLVE = mode
+            highs_backend._LP_PRESOLVE = mode
             t0 = time.perf_counter()
             res = bc_module.branch_and_cut(strong, start=start, node_limit=_QUICK_NODES, cover_rows=True,
                                            time_limit_s=_QUICK_S)
             times[mode].append(time.perf_counter() - t0)
             out[mode] = {"status": res.stats["backend_status"].replace("branch-and-cut: ", ""),
                          "nodes": res.stats["nodes"], "objective": res.objective + strong.objective_offset}
-    bc_module._LP_PRESOLVE = "off"
+    highs_backend._LP_PRESOLVE = "off"
     for mode in ("on", "off"):
         out[mode]["time_s"] = float(np.median(times[mode]))
     out["times_s"] = times
@@ -149,7 +151,7 @@ def main() -> None:
         "",
         f"The portfolio's short branch-and-cut (at most {_QUICK_NODES} nodes and {_QUICK_S} s, path and cover rows "
         f"of the root rounds, from the rounded root point or else RENS: *start*) with HiGHS's presolve on and off "
-        f"for its node LPs (`branch_and_cut._LP_PRESOLVE`; only the first LP, solved cold, is affected, but its "
+        f"for its node LPs (`backends.highs._LP_PRESOLVE`; only the first LP, solved cold, is affected, but its "
         f"vertex steers the search), {RUNS} runs each way, alternating; the median and the last run's status "
         f"and nodes.",
         "",

@@ -162,8 +162,7 @@ def build_strong(graph: Graph, budget_bytes: int, memory_rows: str = "cumulative
         lo_idx = np.searchsorted(fkey, pi * n + pj, side="left")
         cnt = np.searchsorted(fkey, pi * n + pj, side="right") - lo_idx
         p_rep = np.repeat(np.arange(len(pi)), cnt)
-        offs = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-        f_sel = sort[np.repeat(lo_idx, cnt) + offs]
+        f_sel = sort[np.repeat(lo_idx, cnt) + _offsets(cnt)]
         t_sel, j2 = ft[f_sel], pj2[p_rep]
         ok = (j2 < t_sel) & (Rcol[t_sel, np.minimum(j2, n - 1)] >= 0)
         f_sel, t_sel, j2 = f_sel[ok], t_sel[ok], j2[ok]

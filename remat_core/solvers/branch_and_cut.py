@@ -38,9 +38,6 @@ log = logging.getLogger("remat_core.ilp")
 _INT_TOL = 1e-6      # a binary within this of 0 or 1 is integral
 _PREFER_FRAC = 0.1   # branch on the earliest S at least this fractional (any fractional S if none)
 _LOG_EVERY_S = 5.0   # progress line interval
-#: HiGHS's presolve for the node LPs (only the first, cold one would use it): off, as for ``ilp``'s other LPs
-#: (section *lp-presolve* of benchmarks/README.md, second table: the portfolio's short search with it on and off).
-_LP_PRESOLVE = "off"
 
 
 @dataclass
@@ -123,6 +120,7 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
 
     from ..formulation.cuts import path_inequalities, without_family
     from ..simulate import simulate
+    from .backends import highs as highs_backend
     from .backends.highs import _configure, _pass_model
     from .ilp import _integer_costs
 
@@ -153,7 +151,7 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
         lp = without_family(lp, "cover_inequalities")
     h = highspy.Highs()
     _configure(h, None, None, threads, False, None)
-    h.setOptionValue("presolve", _LP_PRESOLVE)
+    h.setOptionValue("presolve", highs_backend._LP_PRESOLVE)   # LPs only (the first one, cold, would use it)
     _pass_model(h, lp.c, sp.csc_array(lp.A), lp.row_lo, lp.row_hi, lo0, hi0, np.zeros(sf.n_cols, np.int32))
 
     run = _Search(lp_rows=lp.n_rows)

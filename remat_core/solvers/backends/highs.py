@@ -40,6 +40,13 @@ _STATUS = {
 _threads_in_use: int | str | None = None   # the size of HiGHS's process-wide thread pool
 
 
+#: HiGHS's presolve for the LPs of LPSequence and of branch-and-cut (not for MILPs): it cost more than it saved
+#: on these programs; the root LP of random(16 layers, seed 4) took 21 ms without it and 83 ms with it, and the
+#: portfolio's short branch-and-cut proved every instance it proves sooner without it (benchmarks/README.md,
+#: section lp-presolve).
+_LP_PRESOLVE = "off"
+
+
 def _configure(h, time_limit_s, mip_rel_gap, threads, verbose, options) -> None:
     """Set ``h``'s options (HiGHS keeps one thread pool per process: another size needs a fresh pool)."""
     import highspy
@@ -200,9 +207,7 @@ class LPSequence:
 
         self._h, self._key = highspy.Highs(), key
         _configure(self._h, time_limit_s, None, self.threads, self.verbose, None)
-        # HiGHS's LP presolve costs more than it saves on these programs: the root LP of
-        # random(16 layers, seed 4) took 21 ms without it and 83 ms with it (benchmarks/README.md, lp-presolve)
-        self._h.setOptionValue("presolve", "off")
+        self._h.setOptionValue("presolve", _LP_PRESOLVE)
         _pass_model(self._h, c, csc, row_lo, row_hi, col_lo, col_hi, np.zeros(len(c), np.int32))
         out = _run(self._h, False)
         self._cold_s = out.stats["time_s"]
