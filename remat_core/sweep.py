@@ -445,7 +445,10 @@ def _run_dask(graph, gkey, todo, scheduler, workers, cluster_kwargs, emit, bar) 
         raise ValueError(f"`scheduler` must be None, 'local', 'serial', 'embedded', a scheduler address or a "
                          f"distributed.Client; got {scheduler!r}")
     try:
-        g_future = client.scatter(graph, broadcast=True)
+        # hash=False: a key of its own.  With the default content-hash key, a second sweep of the same
+        # graph on a shared scheduler can reuse the key while the first sweep's client is releasing it,
+        # and its tasks are then cancelled for "lost dependencies".
+        g_future = client.scatter(graph, broadcast=True, hash=False)
         futures = [client.submit(_solve_task, g_future, gkey, b, m, o, pure=False) for b, m, o in todo]
         try:
             for fut in as_completed(futures):

@@ -93,10 +93,13 @@ def test_dask_client_object(methods):
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster, \
             distributed.Client(cluster) as client:
-        res = sweep(G, [7, 10], ["test-kth"], scheduler=client, progress=False)
-        res2 = sweep(G, [6], ["checkpoint-all"], scheduler=cluster.scheduler_address, progress=False)
-    assert [r["status"] for r in res.rows] == ["feasible", "feasible"]
-    assert [r["status"] for r in res2.rows] == ["infeasible"]
+        # Back-to-back sweeps of one graph from two clients of one scheduler: with a content-hash key
+        # for the scattered graph, 17 of 30 runs of this test lost the graph ("lost dependencies").
+        for _ in range(4):
+            res = sweep(G, [7, 10], ["test-kth"], scheduler=client, progress=False)
+            res2 = sweep(G, [6], ["checkpoint-all"], scheduler=cluster.scheduler_address, progress=False)
+            assert [r["status"] for r in res.rows] == ["feasible", "feasible"]
+            assert [r["status"] for r in res2.rows] == ["infeasible"]
 
 
 def test_interrupted_sweep_resumes_without_recomputing(methods, tmp_path):
