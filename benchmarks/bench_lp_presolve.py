@@ -155,7 +155,8 @@ def main() -> None:
         f"Presolve off was faster on {sum(x > 1 for x in ratios)} of {len(ratios)} instances; ratio "
         f"{min(ratios):.1f}x to {max(ratios):.1f}x, geometric mean {float(np.exp(np.mean(np.log(ratios)))):.1f}x.",
         "",
-        f"The portfolio's short branch-and-cut (at most {_QUICK_NODES} nodes and {_QUICK_S} s, path and cover rows "
+        f"The portfolio's short branch-and-cut (at most "
+        f"{'' if _QUICK_NODES is None else f'{_QUICK_NODES} nodes and '}{_QUICK_S} s, path and cover rows "
         f"of the root rounds, from the rounded root point or else RENS: *start*) with HiGHS's presolve on and off "
         f"for its node LPs (`backends.highs._LP_PRESOLVE`; only the first LP, solved cold, is affected, but its "
         f"vertex steers the search), {RUNS} runs each way, alternating; the median and the last run's status "

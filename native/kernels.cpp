@@ -11,8 +11,11 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <new>
 #include <vector>
 
 namespace {
@@ -36,9 +39,29 @@ struct Buf {
     Py_ssize_t size() const { return view.len / 8; }
 };
 
-PyObject* to_bytes(const std::vector<int64_t>& v) {
+// A float64 buffer (the path separation's LP values).
+struct FBuf {
+    Py_buffer view{};
+    bool ok = false;
+    ~FBuf() {
+        if (ok) PyBuffer_Release(&view);
+    }
+    bool get(PyObject* obj, const char* name) {
+        if (PyObject_GetBuffer(obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) return false;
+        ok = true;
+        if (view.itemsize != 8 || view.format == nullptr || std::strcmp(view.format, "d") != 0) {
+            PyErr_Format(PyExc_TypeError, "`%s` must be a float64 array", name);
+            return false;
+        }
+        return true;
+    }
+    const double* data() const { return static_cast<const double*>(view.buf); }
+};
+
+template <typename T>
+PyObject* to_bytes(const std::vector<T>& v) {
     return PyByteArray_FromStringAndSize(reinterpret_cast<const char*>(v.data()),
-                                         static_cast<Py_ssize_t>(v.size() * sizeof(int64_t)));
+                                         static_cast<Py_ssize_t>(v.size() * sizeof(T)));
 }
 
 // simulate(n, R_ptr, R_idx, S_ptr, S_idx, dep_ptr, dep_idx, mem, ws, fixed) -> (info, step_mem)
@@ -159,9 +182,103 @@ PyObject* r_given_s(PyObject*, PyObject* args) {
     return Py_BuildValue("(NN)", a, b);
 }
 
+// path_cuts(n, in_ptr, in_idx, W, cum, first, Rcol, Scol, tol, max_cuts) -> (violation, row_ptr, row_idx)
+// W and cum are float64; violation comes back as float64 bytes.
+PyObject* path_cuts(PyObject*, PyObject* args) {
+    Py_ssize_t n, max_cuts;
+    double tol;
+    PyObject *o_ip, *o_ii, *o_w, *o_cum, *o_first, *o_rc, *o_sc;
+    if (!PyArg_ParseTuple(args, "nOOOOOOOdn", &n, &o_ip, &o_ii, &o_w, &o_cum, &o_first, &o_rc, &o_sc, &tol,
+                          &max_cuts))
+        return nullptr;
+    Buf ip, ii, fb, rb, sb;
+    FBuf wb, cb;
+    if (!ip.get(o_ip, "in_ptr") || !ii.get(o_ii, "in_idx") || !wb.get(o_w, "W") || !cb.get(o_cum, "cum") ||
+        !fb.get(o_first, "first") || !rb.get(o_rc, "Rcol") || !sb.get(o_sc, "Scol"))
+        return nullptr;
+    const int64_t *in_ptr = ip.data(), *in_idx = ii.data(), *first = fb.data(), *Rcol = rb.data(), *Scol = sb.data();
+    const double *W = wb.data(), *cum = cb.data();
+    std::vector<double> out_viol;
+    std::vector<int64_t> row_ptr(1, 0), row_idx;
+    bool no_memory = false;
+    {
+        Py_BEGIN_ALLOW_THREADS
+        try {
+        // D and P laid out [g, y, a] (the reference's [g, a, y] transposed): the inner loop runs over a
+        const size_t N = static_cast<size_t>(n);
+        std::vector<double> D(N * N * N);
+        std::vector<int64_t> P(N * N * N);
+        const double inf = std::numeric_limits<double>::infinity();
+        for (size_t g = 0; g < N; ++g) {
+            for (size_t y = 0; y < N; ++y) {
+                const size_t row = (g * N + y) * N;
+                const double w = W[g * N + y];
+                if (in_ptr[y] == in_ptr[y + 1]) {
+                    for (size_t a = 0; a < N; ++a) { D[row + a] = inf; P[row + a] = -1; }
+                } else {
+                    for (size_t a = 0; a < N; ++a) {
+                        double best = inf;
+                        int64_t arg = -1;
+                        for (int64_t p = in_ptr[y]; p < in_ptr[y + 1]; ++p) {
+                            const int64_t z = in_idx[p];
+                            const double d = D[(g * N + static_cast<size_t>(z)) * N + a];
+                            if (arg == -1 || d < best) { best = d; arg = z; }
+                        }
+                        D[row + a] = best + w;
+                        P[row + a] = arg;
+                    }
+                }
+                D[row + y] = w;
+                P[row + y] = -1;
+            }
+        }
+        const double thr = 1.0 - tol;
+        std::vector<int64_t> gs, as, vs;
+        std::vector<double> viol;
+        for (size_t g = 0; g < N; ++g)
+            for (size_t a = 0; a < g; ++a)
+                for (size_t v = 0; v < N; ++v) {
+                    const int64_t t = first[g * N + v];
+                    if (t >= n) continue;
+                    const double lhs = (cum[(static_cast<size_t>(t) + 1) * N + a] - cum[g * N + a]) + D[(g * N + v) * N + a];
+                    if (lhs < thr) {
+                        gs.push_back(static_cast<int64_t>(g)); as.push_back(static_cast<int64_t>(a));
+                        vs.push_back(static_cast<int64_t>(v)); viol.push_back(1.0 - lhs);
+                    }
+                }
+        std::vector<size_t> order(viol.size());
+        for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+        std::stable_sort(order.begin(), order.end(), [&](size_t i, size_t j) { return viol[i] > viol[j]; });
+        if (order.size() > static_cast<size_t>(max_cuts)) order.resize(static_cast<size_t>(max_cuts));
+        for (size_t r : order) {
+            const size_t g = static_cast<size_t>(gs[r]), a = static_cast<size_t>(as[r]);
+            const int64_t v = vs[r];
+            for (int64_t s = static_cast<int64_t>(g); s <= first[g * N + static_cast<size_t>(v)]; ++s) {
+                const int64_t c = Rcol[static_cast<size_t>(s) * N + a];
+                if (c >= 0) row_idx.push_back(c);
+            }
+            for (int64_t b = v; b != -1; b = P[(g * N + static_cast<size_t>(b)) * N + a])
+                row_idx.push_back(Scol[g * N + static_cast<size_t>(b)]);
+            row_ptr.push_back(static_cast<int64_t>(row_idx.size()));
+            out_viol.push_back(viol[r]);
+        }
+        } catch (const std::bad_alloc&) {
+            no_memory = true;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    if (no_memory) return PyErr_NoMemory();
+    PyObject* a = to_bytes(out_viol);
+    PyObject* b = to_bytes(row_ptr);
+    PyObject* c = to_bytes(row_idx);
+    if (!a || !b || !c) { Py_XDECREF(a); Py_XDECREF(b); Py_XDECREF(c); return nullptr; }
+    return Py_BuildValue("(NNN)", a, b, c);
+}
+
 PyMethodDef methods[] = {
     {"simulate", simulate, METH_VARARGS, "Simulate a schedule (see remat_core/kernels/_reference.py)."},
     {"r_given_s", r_given_s, METH_VARARGS, "Minimal R for a checkpoint matrix S (see _reference.py)."},
+    {"path_cuts", path_cuts, METH_VARARGS, "Separate path inequalities (see _reference.py)."},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -21,8 +21,9 @@ the time and pays for a fraction of one recomputation (``docs/formulation.rst``)
 
 Separation is exact over the whole family: for each stage ``g`` the path of
 least ``S*[g, .]`` weight between every pair of values is found by a dynamic
-program over the DAG (vectorized over stages and start nodes), and the most
-violated rows are returned.
+program over the DAG, and the most violated rows are returned. The dynamic
+program is a kernel (:func:`remat_core.kernels.path_cuts`: C++, numba or the
+numpy reference): branch-and-cut separates at every node.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from .. import kernels
 from .standard_form import StandardForm
 
 __all__ = ["path_inequalities", "cover_inequalities", "with_rows", "without_family"]
@@ -84,59 +86,30 @@ def path_inequalities(sf: StandardForm, x: np.ndarray, max_cuts: int = 500, tol:
         raise ValueError(f"`x` must have one value per column ({sf.n_cols}); got shape {x.shape}")
     g = sf.graph
     n = g.n
-    empty = (sp.csr_array((0, sf.n_cols)), np.zeros(0))
     if n < 2:
-        return empty
-    Rcol, Scol = _columns(sf)
+        return sp.csr_array((0, sf.n_cols)), np.zeros(0)
+    in_ptr, in_idx, first, Rcol, Scol = _path_data(sf)
     R, S = sf.fractional(x)
     # W[g, b]: weight of b on a path in stage g: S*[g, b], infinite where b has no S column in stage g
     # (b >= g, or no later stage reads b: such b lies on no path to a value read again)
     W = np.where(Scol >= 0, S, np.inf)
-    inputs = [[] for _ in range(n)]
-    for i, k in g.edges:
-        inputs[int(k)].append(int(i))
-    # D[g, a, y]: least weight of a path a -> y (both ends included); P: y's predecessor on it (-1 at a)
-    D = np.full((n, n, n), np.inf)
-    P = np.full((n, n, n), -1, dtype=np.int64)
-    ar = np.arange(n)
-    for y in range(n):
-        if inputs[y]:
-            zs = np.array(inputs[y])
-            sub = D[:, :, zs]                                   # (g, a, len(zs))
-            best = np.argmin(sub, axis=2)
-            D[:, :, y] = np.take_along_axis(sub, best[:, :, None], axis=2)[:, :, 0] + W[:, y][:, None]
-            P[:, :, y] = zs[best]
-        D[:, y, y] = W[:, y]
-        P[:, y, y] = -1
-    # recomputations of a in stages g..t: cum[t + 1, a] - cum[g, a]
-    cum = np.vstack([np.zeros((1, n)), np.cumsum(R, axis=0)])
-    first = _first_reader_from(g)[:n]                           # (g, v)
-    valid = first < n
-    t1 = np.where(valid, first + 1, 0)
-    recomp = cum[t1[:, None, :], ar[None, :, None]] - cum[ar[:, None, None], ar[None, :, None]]   # (g, a, v)
-    lhs = recomp + D
-    lhs[~np.broadcast_to(valid[:, None, :], lhs.shape)] = np.inf
-    lhs[ar[:, None] <= ar[None, :], :] = np.inf                 # a < g
-    gg, aa, vv = np.nonzero(lhs < 1.0 - tol)
-    if len(gg) == 0:
-        return empty
-    viol = 1.0 - lhs[gg, aa, vv]
-    keep = np.argsort(-viol, kind="stable")[:max_cuts]
-    gg, aa, vv, viol = gg[keep], aa[keep], vv[keep], viol[keep]
-    indptr, indices = [0], []
-    for sg, a, v in zip(gg.tolist(), aa.tolist(), vv.tolist()):
-        cols = Rcol[sg:first[sg, v] + 1, a]
-        row = cols[cols >= 0].tolist()
-        b = v
-        while b != -1:
-            row.append(int(Scol[sg, b]))
-            b = int(P[sg, a, b])
-        indices.extend(row)
-        indptr.append(len(indices))
-    rows = sp.csr_array((np.ones(len(indices)), np.array(indices, dtype=np.int64), np.array(indptr)),
-                        shape=(len(gg), sf.n_cols))
+    cum = np.vstack([np.zeros((1, n)), np.cumsum(R, axis=0)])   # recomputations of a in stages g..t: cum[t + 1] - cum[g]
+    viol, ptr, idx = kernels.path_cuts(n, in_ptr, in_idx, W, cum, first, Rcol, Scol, tol, max_cuts)
+    rows = sp.csr_array((np.ones(len(idx)), idx, ptr), shape=(len(viol), sf.n_cols))
     rows.sum_duplicates()
     return rows, viol
+
+
+def _path_data(sf: StandardForm) -> tuple[np.ndarray, ...]:
+    """``(in_ptr, in_idx, first, Rcol, Scol)`` of ``sf`` for the separation kernel, built once per program
+    (branch-and-cut separates at every node of one program)."""
+    cached = sf.__dict__.get("_path_data")
+    if cached is None:
+        in_ptr, in_idx, _, _ = sf.graph.csr
+        Rcol, Scol = _columns(sf)
+        cached = (in_ptr, in_idx, np.ascontiguousarray(_first_reader_from(sf.graph)[:sf.graph.n]), Rcol, Scol)
+        sf.__dict__["_path_data"] = cached
+    return cached
 
 
 def without_family(sf: StandardForm, family: str) -> StandardForm:

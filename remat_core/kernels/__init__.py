@@ -5,7 +5,9 @@ from ``native/kernels.cpp``), ``numba``, ``reference`` (pure Python, the spec).
 The environment variable ``REMAT_KERNEL=reference|numba|native`` forces one;
 :func:`use_kernel` does the same in a ``with`` block. Asking for one that is
 not available raises :class:`~remat_core.errors.UnknownMethodError` listing
-those that are.
+those that are. By default the first implementation that imports is used and
+the others are not imported (numba's import alone takes about 0.13 s, which
+the portfolio's child process would pay before its first node).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 
 from ..errors import UnknownMethodError
 
-__all__ = ["available_kernels", "kernel_name", "get_kernel", "use_kernel", "simulate", "r_given_s"]
+__all__ = ["available_kernels", "kernel_name", "get_kernel", "use_kernel", "simulate", "r_given_s", "path_cuts"]
 
 # name -> module path, in preference order
 _IMPLEMENTATIONS = {
@@ -46,7 +48,7 @@ def available_kernels() -> list[str]:
     return [name for name in _IMPLEMENTATIONS if _load(name) is not None]
 
 
-_preferred: list[str] = []   # available_kernels()[0], found once (imports do not come and go)
+_preferred: list[str] = []   # the first implementation that imports, found once (imports do not come and go)
 
 
 def kernel_name() -> str:
@@ -60,8 +62,8 @@ def kernel_name() -> str:
                 f"kernel implementation {wanted!r} is not available; available: {available_kernels()}"
             )
         return wanted
-    if not _preferred:
-        _preferred.append(available_kernels()[0])
+    if not _preferred:   # the first that imports; the others are not imported (numba alone takes ~0.13 s)
+        _preferred.append(next(name for name in _IMPLEMENTATIONS if _load(name) is not None))
     return _preferred[0]
 
 
@@ -106,3 +108,12 @@ def r_given_s(n, S_ptr, S_idx, dep_ptr, dep_idx, kernel: str | None = None):
     """Dispatching wrapper of the optimal-R-given-S kernel (see ``_reference.r_given_s``)."""
     k = get_kernel(kernel)
     return k.r_given_s(int(n), _i64(S_ptr), _i64(S_idx), _i64(dep_ptr), _i64(dep_idx))
+
+
+def path_cuts(n, in_ptr, in_idx, W, cum, first, Rcol, Scol, tol, max_cuts, kernel: str | None = None):
+    """Dispatching wrapper of the path inequality separation (see ``_reference.path_cuts``): ``(violation,
+    row_ptr, row_idx)``. ``W`` and ``cum`` are made contiguous float64, the other arrays int64."""
+    k = get_kernel(kernel)
+    f64 = lambda a: np.ascontiguousarray(a, dtype=np.float64).ravel()   # noqa: E731
+    return k.path_cuts(int(n), _i64(in_ptr), _i64(in_idx), f64(W), f64(cum), _i64(first).ravel(),
+                       _i64(Rcol).ravel(), _i64(Scol).ravel(), float(tol), int(max_cuts))

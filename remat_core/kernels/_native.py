@@ -21,3 +21,10 @@ def simulate(n, R_ptr, R_idx, S_ptr, S_idx, dep_ptr, dep_idx, mem, ws, fixed):
 def r_given_s(n, S_ptr, S_idx, dep_ptr, dep_idx):
     ptr, idx = _native_ext.r_given_s(int(n), S_ptr, S_idx, dep_ptr, dep_idx)
     return np.frombuffer(ptr, dtype=np.int64), np.frombuffer(idx, dtype=np.int64)
+
+
+def path_cuts(n, in_ptr, in_idx, W, cum, first, Rcol, Scol, tol, max_cuts):
+    viol, ptr, idx = _native_ext.path_cuts(int(n), in_ptr, in_idx, W, cum, first, Rcol, Scol, float(tol),
+                                           int(max_cuts))
+    return (np.frombuffer(viol, dtype=np.float64), np.frombuffer(ptr, dtype=np.int64),
+            np.frombuffer(idx, dtype=np.int64))

@@ -126,3 +126,81 @@ def r_given_s(n, S_ptr, S_idx, dep_ptr, dep_idx):  # pragma: no cover - compiled
         size += m
         R_ptr[t + 1] = size
     return R_ptr, R_idx[:size].copy()
+
+
+@njit(cache=True, nogil=True)
+def path_cuts(n, in_ptr, in_idx, W, cum, first, Rcol, Scol, tol, max_cuts):  # pragma: no cover - compiled
+    # D and P are laid out [g, y, a] (the reference's [g, a, y] transposed): the inner loop runs over a
+    D = np.empty(n * n * n)
+    P = np.empty(n * n * n, dtype=np.int64)
+    for g in range(n):
+        for y in range(n):
+            row = (g * n + y) * n
+            w = W[g * n + y]
+            if in_ptr[y] == in_ptr[y + 1]:
+                for a in range(n):
+                    D[row + a] = np.inf
+                    P[row + a] = -1
+            else:
+                for a in range(n):
+                    best, arg = np.inf, -1
+                    for p in range(in_ptr[y], in_ptr[y + 1]):
+                        z = in_idx[p]
+                        d = D[(g * n + z) * n + a]
+                        if arg == -1 or d < best:
+                            best, arg = d, z
+                    D[row + a] = best + w
+                    P[row + a] = arg
+            D[row + y] = w
+            P[row + y] = -1
+    thr = 1.0 - tol
+    count = 0
+    for g in range(n):
+        for a in range(g):
+            for v in range(n):
+                t = first[g * n + v]
+                if t < n and (cum[(t + 1) * n + a] - cum[g * n + a]) + D[(g * n + v) * n + a] < thr:
+                    count += 1
+    gs = np.empty(count, dtype=np.int64)
+    as_ = np.empty(count, dtype=np.int64)
+    vs = np.empty(count, dtype=np.int64)
+    viol = np.empty(count)
+    k = 0
+    for g in range(n):
+        for a in range(g):
+            for v in range(n):
+                t = first[g * n + v]
+                if t < n:
+                    lhs = (cum[(t + 1) * n + a] - cum[g * n + a]) + D[(g * n + v) * n + a]
+                    if lhs < thr:
+                        gs[k], as_[k], vs[k], viol[k] = g, a, v, 1.0 - lhs
+                        k += 1
+    order = np.argsort(-viol, kind="mergesort")[:max_cuts]
+    m = len(order)
+    row_ptr = np.zeros(m + 1, dtype=np.int64)
+    nnz = 0
+    for r in range(m):   # row lengths first
+        g, a, v = gs[order[r]], as_[order[r]], vs[order[r]]
+        for s in range(g, first[g * n + v] + 1):
+            if Rcol[s * n + a] >= 0:
+                nnz += 1
+        b = v
+        while b != -1:
+            nnz += 1
+            b = P[(g * n + b) * n + a]
+        row_ptr[r + 1] = nnz
+    row_idx = np.empty(nnz, dtype=np.int64)
+    q = 0
+    for r in range(m):
+        g, a, v = gs[order[r]], as_[order[r]], vs[order[r]]
+        for s in range(g, first[g * n + v] + 1):
+            c = Rcol[s * n + a]
+            if c >= 0:
+                row_idx[q] = c
+                q += 1
+        b = v
+        while b != -1:
+            row_idx[q] = Scol[g * n + b]
+            q += 1
+            b = P[(g * n + b) * n + a]
+    return viol[order], row_ptr, row_idx

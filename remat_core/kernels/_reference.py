@@ -43,6 +43,32 @@ it is an input of a node computed in stage ``t`` and not kept into ``t``.
 Nodes are visited from ``t`` down to 0, so the closure is complete in one
 pass. Every computation in this ``R`` is forced by ``S``, so it is the unique
 minimal ``R`` for any non-negative costs.
+
+Path inequality separation (:func:`path_cuts`)
+----------------------------------------------
+The exact separation of :mod:`remat_core.formulation.cuts`'s path
+inequalities at an LP point. Inputs: ``W[g, b]`` (``n x n``, row-major), the
+weight of value ``b`` on a path in stage ``g`` (``S*[g, b]``, ``inf`` where
+``b`` has no keep column in stage ``g``); ``cum[t, a]`` (``(n + 1) x n``),
+the recomputations of ``a`` in stages ``0..t-1``; ``first[g, v]`` (``n x
+n``), the first reader of ``v`` at or after stage ``g`` (``n``: none);
+``Rcol`` and ``Scol`` (``n x n``), the column of ``R[t, i]`` and ``S[t, i]``
+(-1: none).
+
+1. For every stage ``g`` and pair ``a, y``, ``D[g, a, y]`` is the least
+   weight of a path ``a -> y`` (both ends counted; ``D[g, y, y] = W[g, y]``),
+   by a pass over the nodes in topological (index) order:
+   ``D[g, a, y] = min over inputs z of y of D[g, a, z]`` (the first input, in
+   ascending order, on ties), plus ``W[g, y]``.
+2. Triple ``(g, a, v)`` with ``a < g`` and ``t = first[g, v] < n`` has
+   left-hand side ``cum[t + 1, a] - cum[g, a] + D[g, a, v]``; it is violated
+   when that is below ``1 - tol``, by ``1 - lhs``.
+3. The violated triples, in ``(g, a, v)`` order, are stably sorted by
+   violation, largest first, and the first ``max_cuts`` become rows: the
+   ``R[s, a]`` columns for ``s = g..t`` that exist, in stage order, then the
+   ``S[g, b]`` columns of the path from ``v`` back to ``a``.
+
+Returns ``(violation, row_ptr, row_idx)``: float64, and the rows in CSR.
 """
 
 from __future__ import annotations
@@ -126,3 +152,39 @@ def r_given_s(n, S_ptr, S_idx, dep_ptr, dep_idx):
         R_idx.extend(row)
         R_ptr[t + 1] = len(R_idx)
     return np.asarray(R_ptr, dtype=np.int64), np.asarray(R_idx, dtype=np.int64)
+
+
+def path_cuts(n, in_ptr, in_idx, W, cum, first, Rcol, Scol, tol, max_cuts):
+    """The most violated path inequalities; returns ``(violation, row_ptr, row_idx)`` (module docstring)."""
+    W, cum = W.reshape(n, n), cum.reshape(n + 1, n)
+    first, Rcol, Scol = first.reshape(n, n), Rcol.reshape(n, n), Scol.reshape(n, n)
+    D = np.full((n, n, n), np.inf)
+    P = np.full((n, n, n), -1, dtype=np.int64)
+    ar = np.arange(n)
+    for y in range(n):
+        zs = in_idx[in_ptr[y]:in_ptr[y + 1]]
+        if len(zs):
+            sub = D[:, :, zs]                                   # (g, a, inputs)
+            best = np.argmin(sub, axis=2)                       # the first least one
+            D[:, :, y] = np.take_along_axis(sub, best[:, :, None], axis=2)[:, :, 0] + W[:, y][:, None]
+            P[:, :, y] = zs[best]
+        D[:, y, y] = W[:, y]
+        P[:, y, y] = -1
+    valid = first < n
+    t1 = np.where(valid, first + 1, 0)
+    lhs = cum[t1[:, None, :], ar[None, :, None]] - cum[ar[:, None, None], ar[None, :, None]] + D   # (g, a, v)
+    lhs[~np.broadcast_to(valid[:, None, :], lhs.shape)] = np.inf
+    lhs[ar[:, None] <= ar[None, :], :] = np.inf                 # a < g only
+    gg, aa, vv = np.nonzero(lhs < 1.0 - tol)
+    viol = 1.0 - lhs[gg, aa, vv]
+    keep = np.argsort(-viol, kind="stable")[:max_cuts]
+    row_ptr, row_idx = [0], []
+    for g, a, v in zip(gg[keep].tolist(), aa[keep].tolist(), vv[keep].tolist()):
+        cols = Rcol[g:first[g, v] + 1, a]
+        row_idx.extend(cols[cols >= 0].tolist())
+        b = v
+        while b != -1:
+            row_idx.append(int(Scol[g, b]))
+            b = int(P[g, a, b])
+        row_ptr.append(len(row_idx))
+    return viol[keep], np.asarray(row_ptr, dtype=np.int64), np.asarray(row_idx, dtype=np.int64)

@@ -52,15 +52,18 @@ log = logging.getLogger("remat_core.ilp")
 
 _KILL_GRACE_S = 5.0   # how long past the deadline the child may take to report at a time limit
 #: Before HiGHS starts, branch-and-cut searches in this process while the child's interpreter starts (on the
-#: other core): at most this many nodes, seconds, and share of the time limit. A small gap
+#: other core): at most this many nodes (None: no limit), seconds, and share of the time limit. A small gap
 #: above a good start is often closed there in a few nodes, before HiGHS's root work would have finished
 #: (random(10 layers, seed 4) at 54: 3 nodes, under 0.1 s, where HiGHS took 0.5 s); otherwise its cheapest
-#: schedule starts both searches.
-_QUICK_NODES, _QUICK_S, _QUICK_SHARE = 50, 0.5, 0.25
-#: The child's interpreter is ready about this many seconds after it starts (imports and the job: 0.25-0.3 s
-#: measured); once it is, the short search here only delays HiGHS, so it gets what is left of this time, and at
-#: least _QUICK_MIN_S (``ilp`` starts the child before RENS, which may have used that time already; section
-#: *portfolio-tuning* of benchmarks/README.md)
+#: schedule starts both searches. Up to commit 2a7d0f1 it stopped at 50 nodes; without that limit random(5 layers,
+#: seed 4) at 44 is proven here in 73 nodes (0.12 s in all instead of 0.26 s, HiGHS then winning) and no
+#: instance of an interleaved comparison on eight (section *ilp-random*'s and the chains) got slower.
+_QUICK_NODES, _QUICK_S, _QUICK_SHARE = None, 0.5, 0.25
+#: The child's interpreter is ready about 0.26 s after it starts (its imports and a job of a few
+#: milliseconds, measured); once it is, the short search here only delays HiGHS, so it gets what is left of
+#: this time, and at least _QUICK_MIN_S (``ilp`` starts the child before RENS, which may have used that time
+#: already; section *portfolio-tuning* of benchmarks/README.md). 0.3 s was tried: random(10 layers, seed 7)
+#: at 59 then lost its short-search proof (0.13 s, 13 nodes) and took 1.05 s instead of 0.38 s.
 _CHILD_READY_S, _QUICK_MIN_S = 0.4, 0.1
 _PROOFS = (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE)
 
