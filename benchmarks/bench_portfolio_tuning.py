@@ -1,7 +1,7 @@
 """The portfolio's tuning, each change undone in turn (the short search's cap, RENS's skip), and the child's priority.
 
 ``search="portfolio"`` (the default on two cores) runs branch-and-cut in a
-child process beside HiGHS. Three settings are measured against the shipped
+child process beside HiGHS. Five settings are measured against the shipped
 ones on the instances where they matter, in one run:
 
 * *child at niceness 19*: the branch-and-cut child lowers its priority
@@ -11,11 +11,15 @@ ones on the instances where they matter, in one run:
   full 0.5 s (``_CHILD_READY_S`` unbounded) instead of stopping once the
   child is ready;
 * *RENS always*: RENS runs also when the start is one unit above the rounded
-  bound (``ilp._rens_skipped`` made to answer no).
+  bound (``ilp._rens_skipped`` made to answer no);
+* *short search <= 50 nodes*: the short branch-and-cut stops after 50 nodes
+  as well (``portfolio._QUICK_NODES``; shipped up to commit 2a7d0f1);
+* *RENS 1 s*: RENS's cap at 1 s (``ilp._RENS_TIME_S``; shipped up to commit
+  9cd45c6) instead of 1.5 s.
 
 Each solve is repeated while its runs total under 10 s (median shown).
 
-    python benchmarks/bench_portfolio_tuning.py           # five instances, about 4 minutes
+    python benchmarks/bench_portfolio_tuning.py           # seven instances, about 8 minutes
     python benchmarks/bench_portfolio_tuning.py --quick   # the two smallest, printed only
 """
 
@@ -44,6 +48,8 @@ INSTANCES = [
     ("linear(16)", lambda: linear_graph(16), 6),
     ("random(10 layers, seed 6)", lambda: random_training_graph(10, 2, seed=6), 57),
     ("random(16 layers, seed 3)", lambda: random_training_graph(16, 2, seed=3), 87),
+    ("random(5 layers, seed 4)", lambda: random_training_graph(5, 2, seed=4), 44),
+    ("random(10 layers, seed 7)", lambda: random_training_graph(10, 2, seed=7), 59),
 ]
 
 
@@ -73,6 +79,8 @@ VARIANTS = {
     "child at niceness 19": lambda: patched(portfolio, "_Child", _NiceChild),
     "fixed short search": lambda: patched(portfolio, "_CHILD_READY_S", math.inf),
     "RENS always": lambda: patched(ilp, "_rens_skipped", lambda *args: False),
+    "short search <= 50 nodes": lambda: patched(portfolio, "_QUICK_NODES", 50),
+    "RENS 1 s": lambda: patched(ilp, "_RENS_TIME_S", 1.0),
 }
 
 
@@ -118,7 +126,9 @@ def main() -> None:
         "*child at niceness 19*: the branch-and-cut child lowers its priority (not shipped); *fixed short "
         "search*: the short branch-and-cut before the race runs its full 0.5 s instead of stopping once the "
         "child is ready (0.4 s after its start, at least 0.1 s); *RENS always*: RENS runs also when the start "
-        "is one unit above the rounded bound.",
+        "is one unit above the rounded bound; *short search <= 50 nodes*: the short branch-and-cut also stops "
+        "after 50 nodes (shipped up to commit 2a7d0f1); *RENS 1 s*: RENS's cap at 1 s instead of 1.5 s (shipped up "
+        "to commit 9cd45c6).",
         "",
         table(["instance", "budget", "optimum"] + list(VARIANTS), rows),
     ]))

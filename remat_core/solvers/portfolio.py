@@ -56,8 +56,8 @@ _KILL_GRACE_S = 5.0   # how long past the deadline the child may take to report 
 #: above a good start is often closed there in a few nodes, before HiGHS's root work would have finished
 #: (random(10 layers, seed 4) at 54: 3 nodes, under 0.1 s, where HiGHS took 0.5 s); otherwise its cheapest
 #: schedule starts both searches. Up to commit 2a7d0f1 it stopped at 50 nodes; without that limit random(5 layers,
-#: seed 4) at 44 is proven here in 73 nodes (0.12 s in all instead of 0.26 s, HiGHS then winning) and no
-#: instance of an interleaved comparison on eight (section *ilp-random*'s and the chains) got slower.
+#: seed 4) at 44 is proven here in 73 nodes (0.12 s in all instead of 0.26 s, HiGHS then winning; section
+#: *portfolio-tuning*, *short search <= 50 nodes*).
 _QUICK_NODES, _QUICK_S, _QUICK_SHARE = None, 0.5, 0.25
 #: The child's interpreter is ready about 0.26 s after it starts (its imports and a job of a few
 #: milliseconds, measured); once it is, the short search here only delays HiGHS, so it gets what is left of
