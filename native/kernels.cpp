@@ -16,47 +16,37 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <type_traits>
 #include <vector>
 
 namespace {
 
-struct Buf {
+// A C-contiguous buffer of 8-byte items: int64 (T = int64_t; the format is not checked, the callers
+// convert) or float64 (T = double; format "d" required).
+template <typename T>
+struct Array {
+    static_assert(sizeof(T) == 8, "8-byte items only");
     Py_buffer view{};
     bool ok = false;
-    ~Buf() {
+    ~Array() {
         if (ok) PyBuffer_Release(&view);
     }
     bool get(PyObject* obj, const char* name) {
         if (PyObject_GetBuffer(obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) return false;
         ok = true;
-        if (view.itemsize != 8) {
-            PyErr_Format(PyExc_TypeError, "`%s` must be an int64 array", name);
+        const bool is_float = std::is_floating_point<T>::value;
+        if (view.itemsize != 8 ||
+            (is_float && (view.format == nullptr || std::strcmp(view.format, "d") != 0))) {
+            PyErr_Format(PyExc_TypeError, "`%s` must be a%s array", name, is_float ? " float64" : "n int64");
             return false;
         }
         return true;
     }
-    const int64_t* data() const { return static_cast<const int64_t*>(view.buf); }
+    const T* data() const { return static_cast<const T*>(view.buf); }
     Py_ssize_t size() const { return view.len / 8; }
 };
-
-// A float64 buffer (the path separation's LP values).
-struct FBuf {
-    Py_buffer view{};
-    bool ok = false;
-    ~FBuf() {
-        if (ok) PyBuffer_Release(&view);
-    }
-    bool get(PyObject* obj, const char* name) {
-        if (PyObject_GetBuffer(obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) return false;
-        ok = true;
-        if (view.itemsize != 8 || view.format == nullptr || std::strcmp(view.format, "d") != 0) {
-            PyErr_Format(PyExc_TypeError, "`%s` must be a float64 array", name);
-            return false;
-        }
-        return true;
-    }
-    const double* data() const { return static_cast<const double*>(view.buf); }
-};
+using Buf = Array<int64_t>;
+using FBuf = Array<double>;
 
 template <typename T>
 PyObject* to_bytes(const std::vector<T>& v) {

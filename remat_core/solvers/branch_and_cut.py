@@ -66,6 +66,7 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
                    cover_rows: bool = False,
                    share: Callable[[float, np.ndarray], None] | None = None,
                    receive: Callable[[], np.ndarray | None] | None = None,
+                   on_node: Callable[[], None] | None = None,
                    ) -> BackendResult:
     """Solve the strong program ``sf`` by branch-and-cut (see the module docstring).
 
@@ -107,6 +108,9 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
         ``receive()``, polled once per node, may return a point found
         elsewhere, which is checked like the search's own (decoded and
         simulated) and becomes the incumbent if it fits and is cheaper.
+    on_node : callable, optional
+        Called with no arguments before each node (the portfolio starts its
+        child process from there once the search here has run a while).
 
     Returns
     -------
@@ -241,6 +245,8 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
         if node_limit is not None and run.nodes >= node_limit:
             stopped = "node limit"
             break
+        if on_node is not None:
+            on_node()
         if receive is not None:
             got = receive()
             if got is not None and got.shape == (sf.n_cols,):

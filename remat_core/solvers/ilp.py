@@ -614,14 +614,17 @@ def solve_ilp(
             done = offer(found, found_cost, "root rounding")
             if done is not None:
                 return done
-            if search == "portfolio":
+            skip_rens = _rens_skipped(graph, None if warm is None else stats["warm_start_cost"], lp_bound)
+            if search == "portfolio" and not skip_rens:
+                # the child's interpreter starts while RENS runs (without RENS, race starts it only if its short
+                # search here outlasts a few milliseconds: most small gaps are closed sooner than a child spawns)
                 from .portfolio import start_child
 
                 child = start_child(sf, _start_vector(sf, warm), mip_rel_gap=mip_rel_gap,
                                     time_limit_s=None if time_limit_s is None else
                                     max(float(time_limit_s) - (time.perf_counter() - start), 0.05))
             # RENS around the strengthened LP point: a better start for the search, or the optimum itself
-            if _rens_skipped(graph, None if warm is None else stats["warm_start_cost"], lp_bound):
+            if skip_rens:
                 found, found_cost = None, None
                 stats["rens"] = {"skipped": "the start is one unit above the bound", "cost": None}
             else:

@@ -65,6 +65,10 @@ _QUICK_NODES, _QUICK_S, _QUICK_SHARE = None, 0.5, 0.25
 #: already; section *portfolio-tuning* of benchmarks/README.md). 0.3 s was tried: random(10 layers, seed 7)
 #: at 59 then lost its short-search proof (0.13 s, 13 nodes) and took 1.05 s instead of 0.38 s.
 _CHILD_READY_S, _QUICK_MIN_S = 0.4, 0.1
+#: When ``race`` starts the child itself (``ilp`` starts it before RENS, and without RENS leaves it to
+#: ``race``), it does so once the short search has run this long without a proof: most small gaps are closed
+#: sooner than an interpreter is spawned and reaped (1-3 ms of this process's time, 0.26 s of the other core's).
+_CHILD_DELAY_S = 0.02
 _PROOFS = (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE)
 
 
@@ -220,7 +224,8 @@ def race(sf: StandardForm, start: np.ndarray | None, *, time_limit_s: float | No
     """HiGHS's MILP on ``sf`` here and branch-and-cut from ``start`` in a child process, until one proves.
 
     ``child``: one :func:`start_child` already started (its deadline then
-    stands), True to start one here, False for none (HiGHS alone after the
+    stands), True to start one here (once the short search has run
+    :data:`_CHILD_DELAY_S` without a proof), False for none (HiGHS alone after the
     short search). It is closed on return either way.
 
     While the child starts, a short branch-and-cut runs here
@@ -244,11 +249,17 @@ def race(sf: StandardForm, start: np.ndarray | None, *, time_limit_s: float | No
     t0 = time.perf_counter()
     deadline_epoch = None if time_limit_s is None else time.time() + float(time_limit_s)
     details: dict[str, Any] = {"winner": None}
-    if child is True:
-        child = start_child(sf, start, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap, bc_options=bc_options,
-                            details=details)
-    elif child is False:
+    lazy = child is True   # started here, once the short search has run _CHILD_DELAY_S without a proof
+    if child is True or child is False:
         child = None
+
+    def spawn() -> None:
+        nonlocal child
+        if child is None and "error" not in details:
+            left = None if deadline_epoch is None else max(deadline_epoch - time.time(), 0.05)
+            child = start_child(sf, start, time_limit_s=left, mip_rel_gap=mip_rel_gap, bc_options=bc_options,
+                                details=details)
+
     try:
         def proved() -> bool:
             got = child.poll() if child is not None else None
@@ -258,8 +269,16 @@ def race(sf: StandardForm, start: np.ndarray | None, *, time_limit_s: float | No
         quick_s = _QUICK_S if time_limit_s is None else min(_QUICK_S, _QUICK_SHARE * float(time_limit_s))
         if child is not None:   # the child is (nearly) ready: search here only while it is not
             quick_s = min(quick_s, max(_QUICK_MIN_S, _CHILD_READY_S - (time.perf_counter() - child.started)))
+        elif lazy:
+            quick_s = min(quick_s, _CHILD_DELAY_S + _CHILD_READY_S)
+        t_quick = time.perf_counter()
+
+        def on_node() -> None:
+            if child is None and time.perf_counter() - t_quick >= _CHILD_DELAY_S:
+                spawn()
+
         quick = branch_and_cut(sf, start=start, time_limit_s=quick_s, mip_rel_gap=mip_rel_gap, threads=threads,
-                               node_limit=_QUICK_NODES, cover_rows=True)
+                               node_limit=_QUICK_NODES, cover_rows=True, on_node=on_node if lazy else None)
         details["quick"] = {"status": quick.stats.get("backend_status"), "time_s": quick.stats.get("time_s"),
                             "nodes": quick.stats.get("nodes")}
         if quick.status in _PROOFS:
@@ -269,6 +288,8 @@ def race(sf: StandardForm, start: np.ndarray | None, *, time_limit_s: float | No
             start = quick.x
             if child is not None:
                 child.outbox.post(quick.objective, start)   # the child takes it at its first node
+        if lazy:
+            spawn()   # (from the short search's cheapest schedule when it had not started yet)
         left_s = None if time_limit_s is None else max(float(time_limit_s) - (time.perf_counter() - t0), 0.05)
 
         def supply(primal_bound: float) -> np.ndarray | None:

@@ -250,3 +250,56 @@ def test_a_short_search_in_this_process_comes_first(chain8):
     assert "limit" in details["quick"]["status"] and details["winner"] in ("milp", "branch-and-cut")
     assert out.status is SolveStatus.OPTIMAL and out.objective + sf12.objective_offset == pytest.approx(37, abs=1e-6)
 
+
+
+def test_race_starts_its_child_only_when_the_short_search_outlasts_the_delay(chain8, monkeypatch):
+    """``race(child=True)`` spawns the branch-and-cut child once its short search has run
+    ``_CHILD_DELAY_S`` without a proof: a gap closed sooner costs no interpreter; one closed later, or not
+    at all, gets the child as before (from the short search's schedule when that is cheaper)."""
+    g, budget, sf, _x = chain8
+    start = sf.encode(solve(g, budget, method="rotor").schedule)   # 44: the short search proves 26
+    spawned = []
+    real = portfolio.start_child
+
+    def counting(*args, **kwargs):
+        spawned.append(kwargs.get("time_limit_s"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(portfolio, "start_child", counting)
+    monkeypatch.setattr(portfolio, "_CHILD_DELAY_S", 30.0)
+    out, details = portfolio.race(sf, start, time_limit_s=60, mip_rel_gap=1e-4, threads=None, verbose=False,
+                                  milp_options=None)
+    assert details["winner"] == "quick branch-and-cut" and spawned == []
+    monkeypatch.setattr(portfolio, "_CHILD_DELAY_S", 0.0)
+    out, details = portfolio.race(sf, start, time_limit_s=60, mip_rel_gap=1e-4, threads=None, verbose=False,
+                                  milp_options=None)
+    assert details["winner"] == "quick branch-and-cut" and len(spawned) == 1 and 0 < spawned[0] <= 60
+    # a search the short one cannot finish: the child is spawned (here at its end) and the race goes on
+    monkeypatch.setattr(portfolio, "_CHILD_DELAY_S", 30.0)
+    g12 = linear_graph(12)
+    sf12 = _strengthen(build_milp(g12, 5, "strong"), "highs", 1, None)[0]
+    out, details = portfolio.race(sf12, sf12.encode(solve(g12, 5, method="rotor").schedule), time_limit_s=120,
+                                  mip_rel_gap=1e-4, threads=None, verbose=False, milp_options=None)
+    assert len(spawned) == 2 and "error" not in details and details["winner"] in ("milp", "branch-and-cut")
+    assert out.status is SolveStatus.OPTIMAL and out.objective + sf12.objective_offset == pytest.approx(37, abs=1e-6)
+
+
+def test_ilp_starts_the_child_before_rens_only_when_rens_runs(monkeypatch):
+    """The child's start overlaps RENS; when RENS is skipped (start one unit above the bound), ``race`` starts
+    it, and only if its short search needs long enough."""
+    from remat_core.solvers import ilp as ilp_module
+
+    early = []
+    real = portfolio.start_child
+    monkeypatch.setattr(portfolio, "start_child", lambda *a, **k: early.append(1) or real(*a, **k))
+    g = random_training_graph(5, 2, seed=5)
+    lo, hi = g.min_budget_lower_bound_bytes(), checkpoint_all_peak_bytes(g)
+    budget = int(round(lo + 0.3 * (hi - lo)))   # 121 from a start of 121 over a bound of 120: RENS is skipped
+    monkeypatch.setattr(portfolio, "_CHILD_DELAY_S", 30.0)
+    res = solve(g, budget, method="ilp", search="portfolio")
+    assert res.status is SolveStatus.OPTIMAL and res.objective == 121
+    assert "skipped" in res.stats["rens"] and early == []
+    monkeypatch.setattr(ilp_module, "_rens_skipped", lambda *args: False)
+    res = solve(g, budget, method="ilp", search="portfolio")
+    assert res.status is SolveStatus.OPTIMAL and res.objective == 121
+    assert "tries" in res.stats["rens"] and early == [1]
