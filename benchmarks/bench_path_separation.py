@@ -5,8 +5,11 @@ Branch-and-cut separates the path inequalities
 five rounds each, so the separation's speed is part of every node's. Its
 dynamic program is a kernel (:func:`remat_core.kernels.path_cuts`) with
 three implementations: ``reference`` (numpy, vectorized over stages and
-start values: the code that ran at every node up to commit 2a7d0f1),
-``numba`` and ``native`` (C++, the default). Per instance (the graphs of
+start values: the code that ran at every node up to commit 2a7d0f1, now the
+kernel's specification; its per-program arrays, the column maps and first
+readers, are now built once per program instead of at every call, which the
+reference column does not pay either), ``numba`` and ``native`` (C++, the
+default). Per instance (the graphs of
 section *lp-presolve*), at the strong program's root LP point:
 
 * milliseconds of one ``path_inequalities(sf, x, 200)`` call with each
@@ -145,7 +148,8 @@ def main() -> None:
         f"{meta['machine']}  ",
         f"*rows*: violated path inequalities at the strong program's root LP point (at most 200 kept); "
         f"milliseconds of one `path_inequalities(sf, x, 200)` call per kernel (median of {RUNS}, alternating; "
-        f"identical rows asserted). *reference* is the numpy code every node ran up to commit 2a7d0f1. Short "
+        f"identical rows asserted). *reference* is the numpy code every node ran up to commit 2a7d0f1 (without "
+        f"the per-program arrays it then rebuilt at every call, now built once per program). Short "
         f"search: the portfolio's branch-and-cut before the race (cover rows, {_QUICK_S} s at most) from the "
         f"rounded root point or RENS, ms (median of {RUNS}, alternating), with the reference and the native "
         f"separation.",
