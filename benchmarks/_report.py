@@ -122,6 +122,15 @@ def dtr_graph_path(name: str) -> str:
     return os.path.join(os.environ.get("REMAT_DATA_DIR", DATA_DIR), f"{name}.json")
 
 
+def quick_arguments(doc: str, quick_help: str) -> Any:
+    """Parse ``--quick`` alone, the option of the benchmarks without a time limit."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help=quick_help)
+    return ap.parse_args()
+
+
 def limit_arguments(doc: str, quick_help: str, limit_default: float, limit_help: str) -> Any:
     """Parse ``--quick``, ``--limit`` and ``--report-only``, the options of the solver benchmarks."""
     import argparse

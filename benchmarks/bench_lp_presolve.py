@@ -27,7 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from _report import command_line, machine_line, save_json, table, write_section  # noqa: E402
+from _report import command_line, machine_line, quick_arguments, save_json, table, write_section  # noqa: E402
 
 from bench_ilp import INSTANCES  # noqa: E402
 from bench_ilp_random import FRACTION  # noqa: E402
@@ -98,11 +98,7 @@ def cases(quick: bool):
 
 
 def main() -> None:
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="three instances, print only")
-    args = ap.parse_args()
+    args = quick_arguments(__doc__, "three instances, print only")
     raw = []
     for label, g, budget in cases(args.quick):
         builds = []

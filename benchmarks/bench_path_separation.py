@@ -36,7 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from _report import command_line, machine_line, save_json, table, write_section  # noqa: E402
+from _report import command_line, machine_line, quick_arguments, save_json, table, write_section  # noqa: E402
 from bench_lp_presolve import cases  # noqa: E402
 
 from remat_core import kernels  # noqa: E402
@@ -108,11 +108,7 @@ def short_search(g, budget) -> dict:
 
 
 def main() -> None:
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="three instances, print only")
-    args = ap.parse_args()
+    args = quick_arguments(__doc__, "three instances, print only")
     raw = []
     for label, g, budget in cases(args.quick):
         sf = build_milp(g, budget, "strong")
