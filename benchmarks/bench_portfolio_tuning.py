@@ -1,7 +1,7 @@
 """The portfolio's tuning, each change undone in turn (the short search's cap, RENS's skip), and the child's priority.
 
 ``search="portfolio"`` (the default on two cores) runs branch-and-cut in a
-child process beside HiGHS. Six settings are measured against the shipped
+child process beside HiGHS. Seven settings are measured against the shipped
 ones on the instances where they matter, in one run:
 
 * *child at niceness 19*: the branch-and-cut child lowers its priority
@@ -19,11 +19,14 @@ ones on the instances where they matter, in one run:
 * *child at once*: ``race`` spawns the child at the short search's first
   node (``portfolio._CHILD_DELAY_S = 0``; as up to commit 01a49fd, where
   ``ilp`` started it before RENS even when RENS was skipped) instead of
-  after 20 ms without a proof.
+  after 20 ms without a proof;
+* *HiGHS's RENS on*: the portfolio's HiGHS keeps its own RENS
+  (``ilp._HIGHS_PORTFOLIO_DEFAULTS`` empty; shipped up to commit c879467)
+  although ``ilp`` ran RENS at the strengthened root point already.
 
 Each solve is repeated while its runs total under 10 s (median shown).
 
-    python benchmarks/bench_portfolio_tuning.py           # seven instances, about 10 minutes
+    python benchmarks/bench_portfolio_tuning.py           # eight instances, about 15 minutes
     python benchmarks/bench_portfolio_tuning.py --quick   # the two smallest, printed only
 """
 
@@ -54,6 +57,7 @@ INSTANCES = [
     ("random(16 layers, seed 3)", lambda: random_training_graph(16, 2, seed=3), 87),
     ("random(5 layers, seed 4)", lambda: random_training_graph(5, 2, seed=4), 44),
     ("random(10 layers, seed 7)", lambda: random_training_graph(10, 2, seed=7), 59),
+    ("random(10 layers, seed 8)", lambda: random_training_graph(10, 2, seed=8), 55),
 ]
 
 
@@ -86,6 +90,7 @@ VARIANTS = {
     "short search <= 50 nodes": lambda: patched(portfolio, "_QUICK_NODES", 50),
     "RENS 1 s": lambda: patched(ilp, "_RENS_TIME_S", 1.0),
     "child at once": lambda: patched(portfolio, "_CHILD_DELAY_S", 0.0),
+    "HiGHS's RENS on": lambda: patched(ilp, "_HIGHS_PORTFOLIO_DEFAULTS", {}),
 }
 
 
@@ -134,7 +139,9 @@ def main() -> None:
         "is one unit above the rounded bound; *short search <= 50 nodes*: the short branch-and-cut also stops "
         "after 50 nodes (shipped up to commit 2a7d0f1); *RENS 1 s*: RENS's cap at 1 s instead of 1.5 s (shipped up "
         "to commit 9cd45c6); *child at once*: `race` spawns the branch-and-cut child at the short search's first node "
-        "instead of after 20 ms without a proof (as up to commit 01a49fd).",
+        "instead of after 20 ms without a proof (as up to commit 01a49fd); *HiGHS's RENS on*: the portfolio's HiGHS "
+        "runs its own RENS too (as up to commit c879467; `ilp` has run RENS at the strengthened root point "
+        "already).",
         "",
         table(["instance", "budget", "optimum"] + list(VARIANTS), rows),
     ]))

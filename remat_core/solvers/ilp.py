@@ -45,6 +45,18 @@ _WARM_START_POLISH_EVALS = 0
 #: no strong branching to initialise pseudo-costs (measured in docs/formulation.rst: 2-3x fewer
 #: seconds on the linear graphs, where most of the default's LP iterations went to strong branching).
 _HIGHS_STRONG_DEFAULTS = {"mip_pscost_minreliable": 0}
+#: HiGHS options of the portfolio's MILP on top of those, while branch-and-cut runs beside it, unless
+#: ``solver_options`` sets them: HiGHS's RENS off. ``ilp`` has run RENS already, at the LP point after the root
+#: rounds, and HiGHS's repeats it at its own root (sub-MIPs; random(10 layers, seed 6) at 57: 4.3 s of sub-MIPs
+#: in an 8.3 s root when the start is already optimal); improving schedules still come from its RINS (around
+#: the incumbent), the child's dives and its tree. In the portfolio, two runs each, alternated: random(10
+#: layers, seed 6) at 57 13.0-13.4 s instead of 16.8-17.9 s, seed 8 at 55 1.8-2.2 s instead of 2.7-3.2 s;
+#: RINS and the root reduced-cost heuristic off as well saved more on random(16 layers, seed 3) at 87 (7.7-8.1 s
+#: against 10.1-10.5 s), but without RINS nothing improves a poor start but the tree and the child (random(16
+#: layers, seed 6) at 77, one run each from different starts: 371 after 300 s, with them 364; optimum 363).
+#: Measured in the portfolio only; HiGHS alone (``search="milp"``) is left as it was (section
+#: *portfolio-tuning*, *HiGHS's RENS on*).
+_HIGHS_PORTFOLIO_DEFAULTS = {"mip_heuristic_run_rens": False}
 #: Largest graph on which path inequalities are separated (the dynamic program holds ``n**3`` numbers).
 _CUTS_MAX_NODES = _ROOT_LP_MAX_NODES
 #: Rounds of path-inequality separation, and rows added per round at most (the most violated).
@@ -710,12 +722,13 @@ def _search(graph: Graph, budget_bytes: int, sf, warm: Schedule | None, lp_bound
     if search == "portfolio":
         from .portfolio import race
 
+        beside = {k: v for k, v in _HIGHS_PORTFOLIO_DEFAULTS.items() if k not in options}
         options = {**_HIGHS_STRONG_DEFAULTS, **options}
-        stats["solver_options"] = options
         out, stats["portfolio"] = race(sf, x0, time_limit_s=limit, mip_rel_gap=mip_rel_gap,
                                        threads=None if threads is None else max(threads - 1, 1),
-                                       verbose=verbose, milp_options=options,
+                                       verbose=verbose, milp_options=options, milp_options_beside_child=beside,
                                        child=True if child is None else child)
+        stats["solver_options"] = stats["portfolio"].get("milp_options", options)
     elif search == "branch-and-cut":
         from .branch_and_cut import branch_and_cut
 

@@ -220,6 +220,7 @@ def start_child(sf: StandardForm, start: np.ndarray | None, *, time_limit_s: flo
 def race(sf: StandardForm, start: np.ndarray | None, *, time_limit_s: float | None, mip_rel_gap: float | None,
          threads: int | None, verbose: bool, milp_options: dict[str, Any] | None,
          bc_options: dict[str, Any] | None = None, child: _Child | None | bool = True,
+         milp_options_beside_child: dict[str, Any] | None = None,
          ) -> tuple[BackendResult, dict[str, Any]]:
     """HiGHS's MILP on ``sf`` here and branch-and-cut from ``start`` in a child process, until one proves.
 
@@ -227,6 +228,8 @@ def race(sf: StandardForm, start: np.ndarray | None, *, time_limit_s: float | No
     stands), True to start one here (once the short search has run
     :data:`_CHILD_DELAY_S` without a proof), False for none (HiGHS alone after the
     short search). It is closed on return either way.
+    ``milp_options_beside_child`` are HiGHS options added to ``milp_options``
+    (which win) only when HiGHS starts with the child running beside it.
 
     While the child starts, a short branch-and-cut runs here
     (:data:`_QUICK_NODES`, :data:`_QUICK_S`, until :data:`_CHILD_READY_S`
@@ -299,9 +302,13 @@ def race(sf: StandardForm, start: np.ndarray | None, *, time_limit_s: float | No
             details["to_milp"] += 1
             return got[1]
 
+        options = dict(milp_options or {})
+        if child is not None:
+            options = {**(milp_options_beside_child or {}), **options}
+        details["milp_options"] = options
         milp = highs_solve(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, sf.integrality,
                            time_limit_s=left_s, mip_rel_gap=mip_rel_gap, threads=threads, verbose=verbose,
-                           start=start, options=milp_options or None,
+                           start=start, options=options or None,
                            interrupt=proved if child else None, supply=supply if child else None,
                            report=child.outbox.post if child else None)
         details["milp"] = {"status": milp.stats.get("backend_status"), "time_s": time.perf_counter() - t0,

@@ -303,3 +303,37 @@ def test_ilp_starts_the_child_before_rens_only_when_rens_runs(monkeypatch):
     res = solve(g, budget, method="ilp", search="portfolio")
     assert res.status is SolveStatus.OPTIMAL and res.objective == 121
     assert "tries" in res.stats["rens"] and early == [1]
+
+
+def test_highs_runs_without_its_rens_only_beside_a_child(monkeypatch):
+    """Beside a branch-and-cut child, HiGHS's RENS (``ilp`` ran its own already) is off unless
+    ``solver_options`` sets it; alone (the child failed to start, or ``search="milp"``) it keeps it."""
+    from remat_core.solvers import ilp as ilp_module
+    from remat_core.solvers.backends import highs
+
+    seen = []
+    real = highs.solve
+
+    def recording(*args, **kwargs):
+        seen.append(dict(kwargs.get("options") or {}))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(highs, "solve", recording)
+    off = ilp_module._HIGHS_PORTFOLIO_DEFAULTS
+    assert off and not any(off.values())
+    g = linear_graph(12)   # at 5 units: the short search does not prove it, so HiGHS starts
+    res = solve(g, 5, method="ilp", search="portfolio", time_limit_s=2.0)
+    assert res.stats["portfolio"]["milp_options"] == {**off, "mip_pscost_minreliable": 0}
+    assert seen[-1] == res.stats["solver_options"] == res.stats["portfolio"]["milp_options"]
+    res = solve(g, 5, method="ilp", search="portfolio", time_limit_s=2.0,
+                solver_options={"mip_heuristic_run_rens": True})
+    assert seen[-1] == {**off, "mip_heuristic_run_rens": True, "mip_pscost_minreliable": 0}
+    res = solve(g, 5, method="ilp", search="milp", time_limit_s=2.0)
+    assert seen[-1] == res.stats["solver_options"] == {"mip_pscost_minreliable": 0}
+    # no interpreter for the child: HiGHS runs alone, with its heuristics
+    sf = _strengthen(build_milp(g, 5, "strong"), "highs", 1, None)[0]
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    out, details = portfolio.race(sf, sf.encode(solve(g, 5, method="rotor").schedule), time_limit_s=1.0,
+                                  mip_rel_gap=1e-4, threads=None, verbose=False, milp_options={"presolve": "on"},
+                                  milp_options_beside_child=off)
+    assert "error" in details and seen[-1] == details["milp_options"] == {"presolve": "on"}
