@@ -14,8 +14,8 @@ ones on the instances where they matter, in one run:
   bound (``ilp._rens_skipped`` made to answer no);
 * *short search <= 50 nodes*: the short branch-and-cut stops after 50 nodes
   as well (``portfolio._QUICK_NODES``; shipped up to commit 2a7d0f1);
-* *RENS 1 s*: RENS's cap at 1 s (``ilp._RENS_TIME_S``; shipped up to commit
-  9cd45c6) instead of 1.5 s;
+* *RENS 1.5 s*: RENS's cap at 1.5 s (``ilp._RENS_TIME_S``; shipped up to
+  commit a16d7fd, 1 s up to 9cd45c6) instead of 3 s;
 * *child at once*: ``race`` spawns the child at the short search's first
   node (``portfolio._CHILD_DELAY_S = 0``; as up to commit 01a49fd, where
   ``ilp`` started it before RENS even when RENS was skipped) instead of
@@ -88,7 +88,7 @@ VARIANTS = {
     "fixed short search": lambda: patched(portfolio, "_CHILD_READY_S", math.inf),
     "RENS always": lambda: patched(ilp, "_rens_skipped", lambda *args: False),
     "short search <= 50 nodes": lambda: patched(portfolio, "_QUICK_NODES", 50),
-    "RENS 1 s": lambda: patched(ilp, "_RENS_TIME_S", 1.0),
+    "RENS 1.5 s": lambda: patched(ilp, "_RENS_TIME_S", 1.5),
     "child at once": lambda: patched(portfolio, "_CHILD_DELAY_S", 0.0),
     "HiGHS's RENS on": lambda: patched(ilp, "_HIGHS_PORTFOLIO_DEFAULTS", {}),
 }
@@ -137,8 +137,8 @@ def main() -> None:
         "search*: the short branch-and-cut before the race runs its full 0.5 s instead of stopping once the "
         "child is ready (0.4 s after its start, at least 0.1 s); *RENS always*: RENS runs also when the start "
         "is one unit above the rounded bound; *short search <= 50 nodes*: the short branch-and-cut also stops "
-        "after 50 nodes (shipped up to commit 2a7d0f1); *RENS 1 s*: RENS's cap at 1 s instead of 1.5 s (shipped up "
-        "to commit 9cd45c6); *child at once*: `race` spawns the branch-and-cut child at the short search's first node "
+        "after 50 nodes (shipped up to commit 2a7d0f1); *RENS 1.5 s*: RENS's cap at 1.5 s instead of 3 s (shipped "
+        "up to commit a16d7fd; 1 s up to 9cd45c6); *child at once*: `race` spawns the branch-and-cut child at the short search's first node "
         "instead of after 20 ms without a proof (as up to commit 01a49fd); *HiGHS's RENS on*: the portfolio's HiGHS "
         "runs its own RENS too (as up to commit c879467; `ilp` has run RENS at the strengthened root point "
         "already).",

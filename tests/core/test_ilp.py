@@ -464,3 +464,23 @@ def test_rens_is_skipped_one_unit_above_the_bound():
     assert "skipped" in res.stats["lp_rounding"] and res.stats["lp_rounding"]["cost"] is None   # same rule
     frac = solve(g.replace(cost=g.cost + 0.5), 4, method="ilp")
     assert frac.status is SolveStatus.OPTIMAL and "tries" in frac.stats["rens"]
+
+
+def test_rens_cap_is_the_constant_without_a_limit_and_a_tenth_of_what_is_left_with_one(monkeypatch):
+    """RENS gets ``_RENS_TIME_S`` (3 s: the 1.3-2.0 s neighbourhoods of random(10 layers, seed 6) at 57 and
+    random(16 layers, seed 3) at 87 fit) without ``time_limit_s``, and a tenth of what is left of it with one."""
+    ilp = importlib.import_module("remat_core.solvers.ilp")
+    caps = []
+
+    def recorded(graph, sf, x, budget_bytes, time_limit_s, threads):
+        caps.append(time_limit_s)
+        return real(graph, sf, x, budget_bytes, time_limit_s, threads)
+
+    real = ilp._rens
+    monkeypatch.setattr(ilp, "_rens", recorded)
+    g = linear_graph(8)
+    g = g.replace(cost=g.cost + 0.5)   # fractional costs: RENS is not skipped one unit above the bound
+    assert solve(g, 4, method="ilp", search="milp").status is SolveStatus.OPTIMAL
+    assert caps == [ilp._RENS_TIME_S] and ilp._RENS_TIME_S >= 2.5
+    assert solve(g, 4, method="ilp", search="milp", time_limit_s=5).status is SolveStatus.OPTIMAL
+    assert len(caps) == 2 and 0.3 < caps[1] <= 0.5
