@@ -1,7 +1,7 @@
 """The portfolio's tuning, each change undone in turn (the short search's cap, RENS's skip), and the child's priority.
 
 ``search="portfolio"`` (the default on two cores) runs branch-and-cut in a
-child process beside HiGHS. Seven settings are measured against the shipped
+child process beside HiGHS. Eight settings are measured against the shipped
 ones on the instances where they matter, in one run:
 
 * *child at niceness 19*: the branch-and-cut child lowers its priority
@@ -20,9 +20,11 @@ ones on the instances where they matter, in one run:
   node (``portfolio._CHILD_DELAY_S = 0``; as up to commit 01a49fd, where
   ``ilp`` started it before RENS even when RENS was skipped) instead of
   after 20 ms without a proof;
-* *HiGHS's RENS on*: the portfolio's HiGHS keeps its own RENS
-  (``ilp._HIGHS_PORTFOLIO_DEFAULTS`` empty; shipped up to commit c879467)
-  although ``ilp`` ran RENS at the strengthened root point already.
+* *HiGHS's RENS on*: the portfolio's HiGHS keeps its own RENS (without the
+  key in ``ilp._HIGHS_PORTFOLIO_DEFAULTS``; shipped up to commit c879467)
+  although ``ilp`` ran RENS at the strengthened root point already;
+* *HiGHS's root reduced cost on*: the portfolio's HiGHS keeps its root
+  reduced-cost heuristic (shipped up to commit 16eeee7).
 
 Each solve is repeated while its runs total under 10 s (median shown).
 
@@ -82,6 +84,12 @@ def patched(module, name, value):
         setattr(module, name, old)
 
 
+def _highs_keeps(option: str):
+    """The portfolio's HiGHS with ``option`` left at HiGHS's default (taken out of the portfolio's defaults)."""
+    return patched(ilp, "_HIGHS_PORTFOLIO_DEFAULTS",
+                   {k: v for k, v in ilp._HIGHS_PORTFOLIO_DEFAULTS.items() if k != option})
+
+
 VARIANTS = {
     "shipped": lambda: patched(portfolio, "_CHILD_READY_S", portfolio._CHILD_READY_S),
     "child at niceness 19": lambda: patched(portfolio, "_Child", _NiceChild),
@@ -90,7 +98,8 @@ VARIANTS = {
     "short search <= 50 nodes": lambda: patched(portfolio, "_QUICK_NODES", 50),
     "RENS 1.5 s": lambda: patched(ilp, "_RENS_TIME_S", 1.5),
     "child at once": lambda: patched(portfolio, "_CHILD_DELAY_S", 0.0),
-    "HiGHS's RENS on": lambda: patched(ilp, "_HIGHS_PORTFOLIO_DEFAULTS", {}),
+    "HiGHS's RENS on": lambda: _highs_keeps("mip_heuristic_run_rens"),
+    "HiGHS's root reduced cost on": lambda: _highs_keeps("mip_heuristic_run_root_reduced_cost"),
 }
 
 
@@ -141,7 +150,8 @@ def main() -> None:
         "up to commit a16d7fd; 1 s up to 9cd45c6); *child at once*: `race` spawns the branch-and-cut child at the short search's first node "
         "instead of after 20 ms without a proof (as up to commit 01a49fd); *HiGHS's RENS on*: the portfolio's HiGHS "
         "runs its own RENS too (as up to commit c879467; `ilp` has run RENS at the strengthened root point "
-        "already).",
+        "already); *HiGHS's root reduced cost on*: the portfolio's HiGHS runs its root reduced-cost heuristic "
+        "(as up to commit 16eeee7).",
         "",
         table(["instance", "budget", "optimum"] + list(VARIANTS), rows),
     ]))

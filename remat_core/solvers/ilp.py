@@ -46,17 +46,18 @@ _WARM_START_POLISH_EVALS = 0
 #: seconds on the linear graphs, where most of the default's LP iterations went to strong branching).
 _HIGHS_STRONG_DEFAULTS = {"mip_pscost_minreliable": 0}
 #: HiGHS options of the portfolio's MILP on top of those, while branch-and-cut runs beside it, unless
-#: ``solver_options`` sets them: HiGHS's RENS off. ``ilp`` has run RENS already, at the LP point after the root
-#: rounds, and HiGHS's repeats it at its own root (sub-MIPs; random(10 layers, seed 6) at 57: 4.3 s of sub-MIPs
-#: in an 8.3 s root when the start is already optimal); improving schedules still come from its RINS (around
-#: the incumbent), the child's dives and its tree. In the portfolio, two runs each, alternated: random(10
-#: layers, seed 6) at 57 13.0-13.4 s instead of 16.8-17.9 s, seed 8 at 55 1.8-2.2 s instead of 2.7-3.2 s;
-#: RINS and the root reduced-cost heuristic off as well saved more on random(16 layers, seed 3) at 87 (7.7-8.1 s
-#: against 10.1-10.5 s), but without RINS nothing improves a poor start but the tree and the child (random(16
-#: layers, seed 6) at 77, one run each from different starts: 371 after 300 s, with them 364; optimum 363).
-#: Measured in the portfolio only; HiGHS alone (``search="milp"``) is left as it was (section
-#: *portfolio-tuning*, *HiGHS's RENS on*).
-_HIGHS_PORTFOLIO_DEFAULTS = {"mip_heuristic_run_rens": False}
+#: ``solver_options`` sets them: HiGHS's RENS and its root reduced-cost heuristic off. ``ilp`` has run RENS
+#: already, at the LP point after the root rounds, and HiGHS's repeats it at its own root (sub-MIPs;
+#: random(10 layers, seed 6) at 57: 4.3 s of sub-MIPs in an 8.3 s root when the start is already optimal);
+#: improving schedules still come from its RINS (around the incumbent), the child's dives and its tree. In the
+#: portfolio, two runs each, alternated: RENS off, random(10 layers, seed 6) at 57 13.0-13.4 s instead of
+#: 16.8-17.9 s, seed 8 at 55 1.8-2.2 s instead of 2.7-3.2 s (commit f3937f6); the root reduced-cost heuristic
+#: off as well, random(16 layers, seed 3) at 87 8.2-9.3 s instead of 10.3-10.5 s, random(10 layers, seed 6) at
+#: 57 13.9-15.2 s instead of 14.7-16.0 s. RINS stays on: without it, random(16 layers, seed 6) at 77 stayed at
+#: its start 367 for 300 s, where with it (with or without the root reduced-cost heuristic) it reached the
+#: optimum 363. Measured in the portfolio only; HiGHS alone (``search="milp"``) is left as it was (section
+#: *portfolio-tuning*, *HiGHS's RENS on*, *HiGHS's root reduced cost on*).
+_HIGHS_PORTFOLIO_DEFAULTS = {"mip_heuristic_run_rens": False, "mip_heuristic_run_root_reduced_cost": False}
 #: Largest graph on which path inequalities are separated (the dynamic program holds ``n**3`` numbers).
 _CUTS_MAX_NODES = _ROOT_LP_MAX_NODES
 #: Rounds of path-inequality separation, and rows added per round at most (the most violated).

@@ -21,7 +21,8 @@ instances, so presolve stays on: ``docs/formulation.rst``, section
 *Portfolio*.) Without a schedule to start from, branch-and-cut still runs:
 its dives look for one while HiGHS proves infeasibility if there is none.
 Beside the child, HiGHS runs without its own RENS (``ilp`` searched that
-neighbourhood already; ``ilp._HIGHS_PORTFOLIO_DEFAULTS``).
+neighbourhood already) and without its root reduced-cost heuristic
+(``ilp._HIGHS_PORTFOLIO_DEFAULTS``).
 
 The child is a fresh interpreter (``python -m remat_core.solvers._portfolio_worker``)
 rather than a ``multiprocessing`` process: forking a process that runs solver

@@ -306,8 +306,9 @@ def test_ilp_starts_the_child_before_rens_only_when_rens_runs(monkeypatch):
 
 
 def test_highs_runs_without_its_rens_only_beside_a_child(monkeypatch):
-    """Beside a branch-and-cut child, HiGHS's RENS (``ilp`` ran its own already) is off unless
-    ``solver_options`` sets it; alone (the child failed to start, or ``search="milp"``) it keeps it."""
+    """Beside a branch-and-cut child, HiGHS's RENS (``ilp`` ran its own already) and its root reduced-cost
+    heuristic are off unless ``solver_options`` sets them; alone (the child failed to start, or
+    ``search="milp"``) it keeps them."""
     from remat_core.solvers import ilp as ilp_module
     from remat_core.solvers.backends import highs
 
@@ -320,7 +321,7 @@ def test_highs_runs_without_its_rens_only_beside_a_child(monkeypatch):
 
     monkeypatch.setattr(highs, "solve", recording)
     off = ilp_module._HIGHS_PORTFOLIO_DEFAULTS
-    assert off and not any(off.values())
+    assert set(off) == {"mip_heuristic_run_rens", "mip_heuristic_run_root_reduced_cost"} and not any(off.values())
     g = linear_graph(12)   # at 5 units: the short search does not prove it, so HiGHS starts
     res = solve(g, 5, method="ilp", search="portfolio", time_limit_s=2.0)
     assert res.stats["portfolio"]["milp_options"] == {**off, "mip_pscost_minreliable": 0}
