@@ -66,7 +66,7 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
                    cover_rows: bool = False,
                    share: Callable[[float, np.ndarray], None] | None = None,
                    receive: Callable[[], np.ndarray | None] | None = None,
-                   on_node: Callable[[], None] | None = None,
+                   on_node: Callable[[int], bool | None] | None = None,
                    ) -> BackendResult:
     """Solve the strong program ``sf`` by branch-and-cut (see the module docstring).
 
@@ -109,8 +109,12 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
         elsewhere, which is checked like the search's own (decoded and
         simulated) and becomes the incumbent if it fits and is cheaper.
     on_node : callable, optional
-        Called with no arguments before each node (the portfolio starts its
-        child process from there once the search here has run a while).
+        Called before each node with the number of nodes searched so far; a
+        true return stops the search there (status FEASIBLE or NO_SOLUTION,
+        ``backend_status`` "branch-and-cut: stopped by the caller", the open
+        nodes' bound). The portfolio starts its child process from there once
+        the search here has run a while, and ends its short search once the
+        child is ready and a few nodes have been searched.
 
     Returns
     -------
@@ -245,8 +249,9 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
         if node_limit is not None and run.nodes >= node_limit:
             stopped = "node limit"
             break
-        if on_node is not None:
-            on_node()
+        if on_node is not None and on_node(run.nodes):
+            stopped = "stopped by the caller"
+            break
         if receive is not None:
             got = receive()
             if got is not None and got.shape == (sf.n_cols,):

@@ -68,6 +68,13 @@ _QUICK_NODES, _QUICK_S, _QUICK_SHARE = None, 0.5, 0.25
 #: already; section *portfolio-tuning* of benchmarks/README.md). 0.3 s was tried: random(10 layers, seed 7)
 #: at 59 then lost its short-search proof (0.13 s, 13 nodes) and took 1.05 s instead of 0.38 s.
 _CHILD_READY_S, _QUICK_MIN_S = 0.4, 0.1
+#: ... but it stops there only once it has searched this many nodes (still within _QUICK_S): whether a proof
+#: is within reach depends on nodes, not seconds, and a node takes 1-50 ms with the machine's speed and the
+#: graph's size. From the starts ``ilp`` passes, the short search proves in 3-21 nodes or not within 300
+#: (linear(16) at 6: 93, 2.7 s) on the 14 instances of sections *ilp* and *ilp-random*; random(10 layers,
+#: seed 7) at 59 needs 13 nodes of 14 ms, which RENS's 0.2-0.3 s before the race left no time for without this
+#: floor: HiGHS then proved it, 1.1 s later. Where no proof comes, the floor costs at most _QUICK_S.
+_QUICK_MIN_NODES = 20
 #: When ``race`` starts the child itself (``ilp`` starts it before RENS, and without RENS leaves it to
 #: ``race``), it does so once the short search has run this long without a proof: most small gaps are closed
 #: sooner than an interpreter is spawned and reaped (1-3 ms of this process's time, 0.26 s of the other core's).
@@ -236,7 +243,8 @@ def race(sf: StandardForm, start: np.ndarray | None, *, time_limit_s: float | No
 
     While the child starts, a short branch-and-cut runs here
     (:data:`_QUICK_NODES`, :data:`_QUICK_S`, until :data:`_CHILD_READY_S`
-    after the child started but at least :data:`_QUICK_MIN_S`); if it proves, that is the
+    after the child started but at least :data:`_QUICK_MIN_S` and
+    :data:`_QUICK_MIN_NODES` nodes); if it proves, that is the
     result (``winner`` ``"quick branch-and-cut"``), else its cheapest
     schedule is the start of both searches.
 
@@ -272,19 +280,23 @@ def race(sf: StandardForm, start: np.ndarray | None, *, time_limit_s: float | No
             return got is not None and got[0] == "ok" and got[1].status in _PROOFS
 
         details["to_milp"] = 0
-        quick_s = _QUICK_S if time_limit_s is None else min(_QUICK_S, _QUICK_SHARE * float(time_limit_s))
+        # the short search ends at hard_s, or at soft_s once it has searched _QUICK_MIN_NODES nodes
+        hard_s = _QUICK_S if time_limit_s is None else min(_QUICK_S, _QUICK_SHARE * float(time_limit_s))
+        soft_s = hard_s
         if child is not None:   # the child is (nearly) ready: search here only while it is not
-            quick_s = min(quick_s, max(_QUICK_MIN_S, _CHILD_READY_S - (time.perf_counter() - child.started)))
+            soft_s = min(hard_s, max(_QUICK_MIN_S, _CHILD_READY_S - (time.perf_counter() - child.started)))
         elif lazy:
-            quick_s = min(quick_s, _CHILD_DELAY_S + _CHILD_READY_S)
+            soft_s = min(hard_s, _CHILD_DELAY_S + _CHILD_READY_S)
         t_quick = time.perf_counter()
 
-        def on_node() -> None:
-            if child is None and time.perf_counter() - t_quick >= _CHILD_DELAY_S:
+        def on_node(nodes: int) -> bool:
+            elapsed = time.perf_counter() - t_quick
+            if lazy and child is None and elapsed >= _CHILD_DELAY_S:
                 spawn()
+            return elapsed >= soft_s and nodes >= _QUICK_MIN_NODES
 
-        quick = branch_and_cut(sf, start=start, time_limit_s=quick_s, mip_rel_gap=mip_rel_gap, threads=threads,
-                               node_limit=_QUICK_NODES, cover_rows=True, on_node=on_node if lazy else None)
+        quick = branch_and_cut(sf, start=start, time_limit_s=hard_s, mip_rel_gap=mip_rel_gap, threads=threads,
+                               node_limit=_QUICK_NODES, cover_rows=True, on_node=on_node)
         details["quick"] = {"status": quick.stats.get("backend_status"), "time_s": quick.stats.get("time_s"),
                             "nodes": quick.stats.get("nodes")}
         if quick.status in _PROOFS:

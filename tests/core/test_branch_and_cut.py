@@ -138,6 +138,23 @@ def test_a_limit_returns_the_incumbent_and_a_valid_bound(chain12, limit):
     assert without.status in (SolveStatus.FEASIBLE, SolveStatus.NO_SOLUTION)
 
 
+def test_on_node_sees_the_node_count_and_a_true_return_stops_the_search(chain12):
+    sf, start, start_cost, optimum = chain12
+    seen = []
+
+    def on_node(nodes):
+        seen.append(nodes)
+        return nodes >= 4
+
+    out = branch_and_cut(sf, start=sf.encode(start), on_node=on_node)
+    assert seen == [0, 1, 2, 3, 4] and out.stats["nodes"] == 4
+    assert out.status is SolveStatus.FEASIBLE and out.stats["backend_status"] == "branch-and-cut: stopped by the caller"
+    assert out.objective + sf.objective_offset <= start_cost + 1e-9
+    assert out.bound is not None and out.bound + sf.objective_offset <= optimum + 1e-6
+    full = branch_and_cut(sf, start=sf.encode(start), on_node=lambda nodes: None)   # a None return goes on
+    assert full.status is SolveStatus.OPTIMAL and full.objective + sf.objective_offset == pytest.approx(optimum)
+
+
 def test_a_given_optimal_start_is_proven_not_replaced():
     g, budget = linear_graph(8), 4
     found = solve(g, budget, method="ilp")

@@ -247,7 +247,8 @@ def test_a_short_search_in_this_process_comes_first(chain8):
     start = solve(g12, 5, method="rotor")
     out, details = portfolio.race(sf12, sf12.encode(start.schedule), time_limit_s=120, mip_rel_gap=1e-4,
                                   threads=None, verbose=False, milp_options=None)
-    assert "limit" in details["quick"]["status"] and details["winner"] in ("milp", "branch-and-cut")
+    assert details["quick"]["status"] in ("branch-and-cut: time limit", "branch-and-cut: stopped by the caller")
+    assert details["winner"] in ("milp", "branch-and-cut")
     assert out.status is SolveStatus.OPTIMAL and out.objective + sf12.objective_offset == pytest.approx(37, abs=1e-6)
 
 
@@ -282,6 +283,30 @@ def test_race_starts_its_child_only_when_the_short_search_outlasts_the_delay(cha
                                   mip_rel_gap=1e-4, threads=None, verbose=False, milp_options=None)
     assert len(spawned) == 2 and "error" not in details and details["winner"] in ("milp", "branch-and-cut")
     assert out.status is SolveStatus.OPTIMAL and out.objective + sf12.objective_offset == pytest.approx(37, abs=1e-6)
+
+
+def test_the_short_search_runs_its_node_floor_even_when_its_time_is_spent(monkeypatch):
+    """The short search stops at its soft time only after ``_QUICK_MIN_NODES`` nodes (a proof depends on
+    nodes, not seconds): with the soft time at 0 it searches exactly that many, and ends at ``_QUICK_S``
+    at the latest."""
+    g = linear_graph(12)
+    sf = _strengthen(build_milp(g, 5, "strong"), "highs", 1, None)[0]
+    start = sf.encode(solve(g, 5, method="rotor").schedule)
+    monkeypatch.setattr(portfolio, "_CHILD_DELAY_S", 0.0)
+    monkeypatch.setattr(portfolio, "_CHILD_READY_S", 0.0)
+    monkeypatch.setattr(portfolio, "_QUICK_MIN_S", 0.0)
+    for floor in (1, 6):
+        monkeypatch.setattr(portfolio, "_QUICK_MIN_NODES", floor)
+        out, details = portfolio.race(sf, start, time_limit_s=120, mip_rel_gap=1e-4, threads=None,
+                                      verbose=False, milp_options=None)
+        assert details["quick"]["nodes"] == floor, details["quick"]
+        assert details["quick"]["status"] == "branch-and-cut: stopped by the caller"
+        assert out.status is SolveStatus.OPTIMAL and out.objective + sf.objective_offset == pytest.approx(37, abs=1e-6)
+    monkeypatch.setattr(portfolio, "_QUICK_MIN_NODES", 10**6)
+    monkeypatch.setattr(portfolio, "_QUICK_S", 0.2)
+    out, details = portfolio.race(sf, start, time_limit_s=120, mip_rel_gap=1e-4, threads=None, verbose=False,
+                                  milp_options=None)
+    assert details["quick"]["status"] == "branch-and-cut: time limit" and details["quick"]["time_s"] <= 0.3
 
 
 def test_ilp_starts_the_child_before_rens_only_when_rens_runs(monkeypatch):
