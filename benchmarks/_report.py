@@ -131,14 +131,18 @@ def quick_arguments(doc: str, quick_help: str) -> Any:
     return ap.parse_args()
 
 
-def limit_arguments(doc: str, quick_help: str, limit_default: float, limit_help: str) -> Any:
-    """Parse ``--quick``, ``--limit`` and ``--report-only``, the options of the solver benchmarks."""
+def limit_arguments(doc: str, quick_help: str, limit_default: float, limit_help: str,
+                    extra: Any = None) -> Any:
+    """Parse ``--quick``, ``--limit`` and ``--report-only``, the options of the solver benchmarks
+    (``extra(parser)`` adds a script's own)."""
     import argparse
 
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help=quick_help)
     ap.add_argument("--limit", type=float, default=limit_default, help=limit_help)
     ap.add_argument("--report-only", action="store_true", help="rewrite the README section from the saved results")
+    if extra is not None:
+        extra(ap)
     return ap.parse_args()
 
 

@@ -13,6 +13,7 @@ rounded root point, RENS, lp-rounding if none found a schedule, then the portfol
 the two times goes to ``results/ilp_random.png``.
 
     python benchmarks/bench_ilp_random.py                # 15 instances, 600 s per solve
+    python benchmarks/bench_ilp_random.py --paper-limit 3600   # the paper formulation's solves up to an hour
     python benchmarks/bench_ilp_random.py --quick        # the 5-layer ones, 120 s
     python benchmarks/bench_ilp_random.py --report-only  # rewrite the section from the saved results
 """
@@ -106,16 +107,17 @@ def plot(raw, path):
 
 def render(raw, meta) -> str:
     limit, command, machine = meta["limit"], meta["command"], meta["machine"]
+    paper_limit = meta.get("paper_limit", limit)
     rows, ratios = [], []
     for r in raw:
         p, d, m = r["paper"], r["ilp_default"], r["ilp_milp"]
-        v, shown = speedup(p, d, limit)
-        _vm, shown_m = speedup(p, m, limit)
+        v, shown = speedup(p, d, paper_limit)
+        _vm, shown_m = speedup(p, m, paper_limit)
         if v is not None:
             ratios.append((r["instance"], v))
         opt = next((x["objective"] for x in (d, m, p) if x["status"] == "optimal"), None)
         rows.append([r["instance"], r["nodes"], r["budget"], "-" if opt is None else f"{opt:g}",
-                     fmt(p, limit), fmt(d, limit), shown, how(d), fmt(m, limit), shown_m])
+                     fmt(p, paper_limit), fmt(d, limit), shown, how(d), fmt(m, limit), shown_m])
     summary = ""
     if ratios:
         vals = sorted(v for _, v in ratios)
@@ -134,7 +136,9 @@ def render(raw, meta) -> str:
         f"Command: `{command}`  ",
         f"Machine: {machine}  ",
         f"Seeded random training graphs (`random_training_graph(layers, 2, seed)`), budget 30% of the way from "
-        f"the hard lower bound to checkpoint-all's peak; limit {limit:.0f} s per solve; the three solves of an "
+        f"the hard lower bound to checkpoint-all's peak; limit {limit:.0f} s per solve"
+        + ("" if paper_limit == limit else f" ({paper_limit:.0f} s for the paper formulation's)")
+        + "; the three solves of an "
         "instance run one after the other in one process, each repeated while its runs total less than "
         f"{REPEAT_BUDGET_S:.0f} s (at most {REPEAT_MAX_RUNS} runs; the median run is shown, of two the slower). "
         "*paper*: `formulation=\"paper\"`, no warm start, HiGHS "
@@ -153,8 +157,12 @@ def render(raw, meta) -> str:
 
 def main() -> None:
     args = limit_arguments(__doc__, "the 5-layer instances, 120 s per solve", None,
-                           "time limit per solve in seconds (default 600, 120 with --quick)")
+                           "time limit per solve in seconds (default 600, 120 with --quick)",
+                           extra=lambda ap: ap.add_argument(
+                               "--paper-limit", type=float, default=None,
+                               help="time limit of the paper formulation's solves (default: --limit)"))
     args.limit = args.limit or (120.0 if args.quick else 600.0)
+    args.paper_limit = args.paper_limit or args.limit
     if args.report_only:
         rewrite_section_from_results("ilp_random", "ilp-random", render)
         return
@@ -163,7 +171,7 @@ def main() -> None:
     for label, g, budget in instances(args.quick):
         def timed(**options):
             return repeated(lambda: run(g, budget, args.limit, **options))
-        paper = timed(formulation="paper", warm_start=False)
+        paper = repeated(lambda: run(g, budget, args.paper_limit, formulation="paper", warm_start=False))
         default = timed()
         milp = timed(search="milp")
         proved = [obj for r in (paper, default, milp)
@@ -174,7 +182,8 @@ def main() -> None:
                         ilp_milp=milp))
         print(label, {k: (v["status"], round(v["time_s"], 2)) for k, v in
                       (("paper", paper), ("ilp", default), ("milp", milp))}, flush=True)
-    meta = {"limit": args.limit, "command": command_line(), "machine": machine_line()}
+    meta = {"limit": args.limit, "paper_limit": args.paper_limit, "command": command_line(),
+            "machine": machine_line()}
     if args.quick:   # a smoke run: printed, the recorded results and README section stay as they are
         print(render(raw, meta))
         return
