@@ -5,7 +5,7 @@
 root LP of each instance from scratch both ways, in one run, alternating the
 two, each several times (median), and checks that the optima agree. A second
 table does the same for the LPs of the portfolio's short branch-and-cut (at most
-50 nodes and 0.5 s, after ``ilp``'s root rounds, from the rounded root point or
+0.5 s, its cap, after ``ilp``'s root rounds, from the rounded root point or
 RENS), switching ``remat_core.solvers.backends.highs._LP_PRESOLVE`` (which the
 short search reads when it starts).
 Instances: the six of ``bench_ilp.py``, the fifteen of ``bench_ilp_random.py``,
