@@ -164,7 +164,7 @@ def render(raw, limit, command, machine) -> str:
         "strengthened LP point rounded, then RENS around it, then lp-rounding only if no schedule was found yet (when the bound, rounded up with integer costs, meets the best schedule at "
         "any of these steps, no search runs: *no MILP*), then, warm-started from the best schedule, "
         "`search=\"auto\"`: on this 2-core machine the *portfolio*: a short branch-and-cut in this process "
-        "(until the child is ready, 0.4 s after its start, but at least 0.1 s and 20 nodes; at most 0.5 s) while a child process starts, then HiGHS's MILP here and our branch-and-cut "
+        "(until the child is ready, 0.4 s after its start, but at least 0.1 s and 20 nodes, these for at most 0.15 s more; at most 0.5 s) while a child process starts, then HiGHS's MILP here and our branch-and-cut "
         "in the child, passing each other schedules, the first proof winning (in brackets which one won); all "
         "of it is included in the time. *ilp, search=\"milp\"* is the same with HiGHS's MILP alone (one core). "
         "*paper* runs with HiGHS's default options, as Checkmate does; *strong* and *ilp default* with the "

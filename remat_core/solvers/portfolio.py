@@ -73,8 +73,12 @@ _CHILD_READY_S, _QUICK_MIN_S = 0.4, 0.1
 #: graph's size. From the starts ``ilp`` passes, the short search proves in 3-21 nodes or not within 300
 #: (linear(16) at 6: 93, 2.7 s) on the 14 instances of sections *ilp* and *ilp-random*; random(10 layers,
 #: seed 7) at 59 needs 13 nodes of 14 ms, which RENS's 0.2-0.3 s before the race left no time for without this
-#: floor: HiGHS then proved it, 1.1 s later. Where no proof comes, the floor costs at most _QUICK_S.
-_QUICK_MIN_NODES = 20
+#: floor: HiGHS then proved it, 1.1 s later. Where no proof comes, the floor delays HiGHS, so it runs at most
+#: _QUICK_FLOOR_S past the soft time. Without that cap (up to _QUICK_S), random(16 layers, seed 7) at 84
+#: (38 ms a node) took 3.7-4.2 s in all instead of 3.1-3.2 s without the floor; with the cap 3.1-3.3 s in
+#: three runs of four (4.0 s in one), and random(10 layers, seed 7) kept its proof in all four, where
+#: without the floor two of four missed it by 1-2 nodes and took 1.45-1.49 s (alternated runs, one process).
+_QUICK_MIN_NODES, _QUICK_FLOOR_S = 20, 0.15
 #: When ``race`` starts the child itself (``ilp`` starts it before RENS, and without RENS leaves it to
 #: ``race``), it does so once the short search has run this long without a proof: most small gaps are closed
 #: sooner than an interpreter is spawned and reaped (1-3 ms of this process's time, 0.26 s of the other core's).
@@ -244,7 +248,8 @@ def race(sf: StandardForm, start: np.ndarray | None, *, time_limit_s: float | No
     While the child starts, a short branch-and-cut runs here
     (:data:`_QUICK_NODES`, :data:`_QUICK_S`, until :data:`_CHILD_READY_S`
     after the child started but at least :data:`_QUICK_MIN_S` and
-    :data:`_QUICK_MIN_NODES` nodes); if it proves, that is the
+    :data:`_QUICK_MIN_NODES` nodes, these at most :data:`_QUICK_FLOOR_S`
+    longer); if it proves, that is the
     result (``winner`` ``"quick branch-and-cut"``), else its cheapest
     schedule is the start of both searches.
 
@@ -280,7 +285,8 @@ def race(sf: StandardForm, start: np.ndarray | None, *, time_limit_s: float | No
             return got is not None and got[0] == "ok" and got[1].status in _PROOFS
 
         details["to_milp"] = 0
-        # the short search ends at hard_s, or at soft_s once it has searched _QUICK_MIN_NODES nodes
+        # the short search ends at hard_s, or at soft_s once it has searched _QUICK_MIN_NODES nodes or run
+        # _QUICK_FLOOR_S longer
         hard_s = _QUICK_S if time_limit_s is None else min(_QUICK_S, _QUICK_SHARE * float(time_limit_s))
         soft_s = hard_s
         if child is not None:   # the child is (nearly) ready: search here only while it is not
@@ -293,7 +299,7 @@ def race(sf: StandardForm, start: np.ndarray | None, *, time_limit_s: float | No
             elapsed = time.perf_counter() - t_quick
             if lazy and child is None and elapsed >= _CHILD_DELAY_S:
                 spawn()
-            return elapsed >= soft_s and nodes >= _QUICK_MIN_NODES
+            return elapsed >= soft_s and (nodes >= _QUICK_MIN_NODES or elapsed >= soft_s + _QUICK_FLOOR_S)
 
         quick = branch_and_cut(sf, start=start, time_limit_s=hard_s, mip_rel_gap=mip_rel_gap, threads=threads,
                                node_limit=_QUICK_NODES, cover_rows=True, on_node=on_node)

@@ -287,14 +287,15 @@ def test_race_starts_its_child_only_when_the_short_search_outlasts_the_delay(cha
 
 def test_the_short_search_runs_its_node_floor_even_when_its_time_is_spent(monkeypatch):
     """The short search stops at its soft time only after ``_QUICK_MIN_NODES`` nodes (a proof depends on
-    nodes, not seconds): with the soft time at 0 it searches exactly that many, and ends at ``_QUICK_S``
-    at the latest."""
+    nodes, not seconds) or ``_QUICK_FLOOR_S`` more: with the soft time at 0 and that cap long it searches
+    exactly that many, and it ends at ``_QUICK_S`` or the cap at the latest."""
     g = linear_graph(12)
     sf = _strengthen(build_milp(g, 5, "strong"), "highs", 1, None)[0]
     start = sf.encode(solve(g, 5, method="rotor").schedule)
     monkeypatch.setattr(portfolio, "_CHILD_DELAY_S", 0.0)
     monkeypatch.setattr(portfolio, "_CHILD_READY_S", 0.0)
     monkeypatch.setattr(portfolio, "_QUICK_MIN_S", 0.0)
+    monkeypatch.setattr(portfolio, "_QUICK_FLOOR_S", 60.0)
     for floor in (1, 6):
         monkeypatch.setattr(portfolio, "_QUICK_MIN_NODES", floor)
         out, details = portfolio.race(sf, start, time_limit_s=120, mip_rel_gap=1e-4, threads=None,
@@ -307,6 +308,13 @@ def test_the_short_search_runs_its_node_floor_even_when_its_time_is_spent(monkey
     out, details = portfolio.race(sf, start, time_limit_s=120, mip_rel_gap=1e-4, threads=None, verbose=False,
                                   milp_options=None)
     assert details["quick"]["status"] == "branch-and-cut: time limit" and details["quick"]["time_s"] <= 0.3
+    # the floor runs at most _QUICK_FLOOR_S past the soft time (here 0): then it stops short of its nodes
+    monkeypatch.setattr(portfolio, "_QUICK_S", 60.0)
+    monkeypatch.setattr(portfolio, "_QUICK_FLOOR_S", 0.05)
+    out, details = portfolio.race(sf, start, time_limit_s=120, mip_rel_gap=1e-4, threads=None, verbose=False,
+                                  milp_options=None)
+    assert details["quick"]["status"] == "branch-and-cut: stopped by the caller", details["quick"]
+    assert details["quick"]["time_s"] < 5.0 and details["quick"]["nodes"] < 10**6
 
 
 def test_ilp_starts_the_child_before_rens_only_when_rens_runs(monkeypatch):
