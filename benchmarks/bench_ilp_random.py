@@ -169,9 +169,9 @@ def main() -> None:
     solve(random_training_graph(4, 2, seed=0), 30, method="ilp")   # imports and compiled kernels, untimed
     raw = []
     for label, g, budget in instances(args.quick):
-        def timed(**options):
-            return repeated(lambda: run(g, budget, args.limit, **options))
-        paper = repeated(lambda: run(g, budget, args.paper_limit, formulation="paper", warm_start=False))
+        def timed(limit=args.limit, **options):
+            return repeated(lambda: run(g, budget, limit, **options))
+        paper = timed(args.paper_limit, formulation="paper", warm_start=False)
         default = timed()
         milp = timed(search="milp")
         proved = [obj for r in (paper, default, milp)

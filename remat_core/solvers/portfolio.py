@@ -68,16 +68,13 @@ _QUICK_NODES, _QUICK_S, _QUICK_SHARE = None, 0.5, 0.25
 #: already; section *portfolio-tuning* of benchmarks/README.md). 0.3 s was tried: random(10 layers, seed 7)
 #: at 59 then lost its short-search proof (0.13 s, 13 nodes) and took 1.05 s instead of 0.38 s.
 _CHILD_READY_S, _QUICK_MIN_S = 0.4, 0.1
-#: ... but it stops there only once it has searched this many nodes (still within _QUICK_S): whether a proof
-#: is within reach depends on nodes, not seconds, and a node takes 1-50 ms with the machine's speed and the
-#: graph's size. From the starts ``ilp`` passes, the short search proves in 3-21 nodes or not within 300
-#: (linear(16) at 6: 93, 2.7 s) on the 14 instances of sections *ilp* and *ilp-random*; random(10 layers,
-#: seed 7) at 59 needs 13 nodes of 14 ms, which RENS's 0.2-0.3 s before the race left no time for without this
-#: floor: HiGHS then proved it, 1.1 s later. Where no proof comes, the floor delays HiGHS, so it runs at most
-#: _QUICK_FLOOR_S past the soft time. Without that cap (up to _QUICK_S), random(16 layers, seed 7) at 84
-#: (38 ms a node) took 3.7-4.2 s in all instead of 3.1-3.2 s without the floor; with the cap 3.1-3.3 s in
-#: three runs of four (4.0 s in one), and random(10 layers, seed 7) kept its proof in all four, where
-#: without the floor two of four missed it by 1-2 nodes and took 1.45-1.49 s (alternated runs, one process).
+#: ... but it stops there only once it has searched this many nodes, or run _QUICK_FLOOR_S past that time
+#: (and within _QUICK_S): whether a proof is within reach depends on nodes, not seconds, and a node takes from
+#: about 2 ms to over 30 ms with the graph's size (section *path-separation*, short search columns) and the
+#: machine's speed. After RENS's 0.2-0.3 s before the race, random(10 layers, seed 7) at 59 missed its proof
+#: here without the floor and HiGHS proved it instead, 1.47 s against 0.53 s (section *portfolio-tuning*,
+#: *no node floor*). Where no proof comes, the floor only delays HiGHS, hence the cap: without it
+#: random(16 layers, seed 7) at 84 took 4.22 s against 3.16 s (*node floor without its cap*).
 _QUICK_MIN_NODES, _QUICK_FLOOR_S = 20, 0.15
 #: When ``race`` starts the child itself (``ilp`` starts it before RENS, and without RENS leaves it to
 #: ``race``), it does so once the short search has run this long without a proof: most small gaps are closed
