@@ -52,7 +52,8 @@ class _Search:
     x: np.ndarray | None = None
     nodes: int = 0
     lp_solves: int = 0
-    cut_rows: int = 0
+    cut_rows: int = 0                   # rows separated here (path and, with cover_cuts, cover inequalities)
+    cover_cut_rows: int = 0             # of which lifted cover inequalities
     fixed: int = 0
     rejected: int = 0                   # integral LP points the schedule check refused (tolerance)
     received: int = 0                   # cheaper schedules received from a search beside this one
@@ -63,7 +64,7 @@ class _Search:
 def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_limit_s: float | None = None,
                    mip_rel_gap: float | None = 1e-4, threads: int | None = None, verbose: bool = False,
                    node_limit: int | None = None, cut_rounds: int = 5, cuts_per_round: int = 200,
-                   cover_rows: bool = False,
+                   cover_rows: bool = False, cover_cuts: bool = False,
                    share: Callable[[float, np.ndarray], None] | None = None,
                    receive: Callable[[], np.ndarray | None] | None = None,
                    on_node: Callable[[int], bool | None] | None = None,
@@ -101,6 +102,15 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
         also move the LP optima, and on long searches the dives go astray
         (random(16 layers, seed 3) at 87: 969 nodes instead of 583); off by
         default, on in the portfolio's short first search.
+    cover_cuts : bool
+        Also separate lifted cover inequalities of the knapsack rows
+        (:func:`~remat_core.formulation.cuts.cover_inequalities`) at every
+        node, beside the path inequalities; like those they stay in the LP.
+        On the small gaps of the portfolio's short first search they cut the
+        tree (random(5 layers, seed 4) at 44 and seed 2 at 54: section
+        *portfolio-tuning* of ``benchmarks/README.md``, *no cover cuts in the
+        short search*); off by default, for the reason given for
+        ``cover_rows``.
     share, receive : callable, optional
         For a search running beside this one (:mod:`~remat_core.solvers.portfolio`):
         ``share(objective, x)`` is called with every cheaper schedule this
@@ -120,13 +130,13 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
     -------
     BackendResult
         As a MILP backend's: ``objective`` and ``bound`` without ``sf.objective_offset``;
-        ``stats`` holds ``nodes``, ``lp_solves``, ``cut_rows``, ``fixed_by_reduced_cost``,
-        ``rejected_points``, ``received_incumbents``, ``lp_rows`` (the program's rows in the
+        ``stats`` holds ``nodes``, ``lp_solves``, ``cut_rows`` (of which ``cover_cut_rows``),
+        ``fixed_by_reduced_cost``, ``rejected_points``, ``received_incumbents``, ``lp_rows`` (the program's rows in the
         search's LP: all but the knapsack and cover rows), ``backend_status``, ``gap`` and ``time_s``.
     """
     import highspy
 
-    from ..formulation.cuts import path_inequalities, without_family
+    from ..formulation.cuts import cover_inequalities, path_inequalities, without_family
     from ..simulate import simulate
     from .backends import highs as highs_backend
     from .backends.highs import _configure, _pass_model
@@ -273,10 +283,18 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
             if bound > cutoff():
                 break
             rows, _viol = path_inequalities(sf, x, cuts_per_round)
+            row_lo, row_hi = np.ones(rows.shape[0]), np.full(rows.shape[0], highspy.kHighsInf)
+            if cover_cuts:
+                c_rows, c_rhs, _viol = cover_inequalities(sf, x, cuts_per_round)
+                if c_rows.shape[0]:
+                    rows = sp.vstack([rows, c_rows])
+                    row_lo = np.concatenate([row_lo, np.full(c_rows.shape[0], -highspy.kHighsInf)])
+                    row_hi = np.concatenate([row_hi, np.asarray(c_rhs, np.float64)])
+                    run.cover_cut_rows += c_rows.shape[0]
             if rows.shape[0] == 0:
                 break
             rows = sp.csr_array(rows)
-            h.addRows(rows.shape[0], np.ones(rows.shape[0]), np.full(rows.shape[0], highspy.kHighsInf),
+            h.addRows(rows.shape[0], row_lo, row_hi,
                       int(rows.nnz), rows.indptr.astype(np.int32), rows.indices.astype(np.int32),
                       np.ascontiguousarray(rows.data, np.float64))
             run.cut_rows += rows.shape[0]
@@ -348,6 +366,6 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
 
 def _stats(run: _Search, word: str, elapsed: float, gap: float | None) -> dict:
     return {"backend_status": f"branch-and-cut: {word}", "nodes": run.nodes, "lp_solves": run.lp_solves,
-            "cut_rows": run.cut_rows, "fixed_by_reduced_cost": run.fixed, "rejected_points": run.rejected,
+            "cut_rows": run.cut_rows, "cover_cut_rows": run.cover_cut_rows, "fixed_by_reduced_cost": run.fixed, "rejected_points": run.rejected,
             "received_incumbents": run.received, "lp_rows": run.lp_rows,
             "gap": gap, "time_s": elapsed}

@@ -80,6 +80,11 @@ _QUICK_MIN_NODES, _QUICK_FLOOR_S = 20, 0.15
 #: ``race``), it does so once the short search has run this long without a proof: most small gaps are closed
 #: sooner than an interpreter is spawned and reaped (1-3 ms of this process's time, 0.26 s of the other core's).
 _CHILD_DELAY_S = 0.02
+#: The short search separates lifted cover inequalities at every node as well as path inequalities (besides
+#: keeping the root's cover rows; ``branch_and_cut``'s ``cover_cuts``): its gaps are small, and there they
+#: close in far fewer nodes (random(5 layers, seed 4) at 44, seed 2 at 54: section *portfolio-tuning*, *no
+#: cover cuts in the short search*). The child's long search keeps neither (``cover_rows``).
+_QUICK_COVER_CUTS = True
 _PROOFS = (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE)
 
 
@@ -246,7 +251,8 @@ def race(sf: StandardForm, start: np.ndarray | None, *, time_limit_s: float | No
     (:data:`_QUICK_NODES`, :data:`_QUICK_S`, until :data:`_CHILD_READY_S`
     after the child started but at least :data:`_QUICK_MIN_S` and
     :data:`_QUICK_MIN_NODES` nodes, these at most :data:`_QUICK_FLOOR_S`
-    longer); if it proves, that is the
+    longer; lifted cover rows separated at every node,
+    :data:`_QUICK_COVER_CUTS`); if it proves, that is the
     result (``winner`` ``"quick branch-and-cut"``), else its cheapest
     schedule is the start of both searches.
 
@@ -299,9 +305,10 @@ def race(sf: StandardForm, start: np.ndarray | None, *, time_limit_s: float | No
             return elapsed >= soft_s and (nodes >= _QUICK_MIN_NODES or elapsed >= soft_s + _QUICK_FLOOR_S)
 
         quick = branch_and_cut(sf, start=start, time_limit_s=hard_s, mip_rel_gap=mip_rel_gap, threads=threads,
-                               node_limit=_QUICK_NODES, cover_rows=True, on_node=on_node)
+                               node_limit=_QUICK_NODES, cover_rows=True, cover_cuts=_QUICK_COVER_CUTS,
+                               on_node=on_node)
         details["quick"] = {"status": quick.stats.get("backend_status"), "time_s": quick.stats.get("time_s"),
-                            "nodes": quick.stats.get("nodes")}
+                            "nodes": quick.stats.get("nodes"), "cover_cut_rows": quick.stats.get("cover_cut_rows")}
         if quick.status in _PROOFS:
             details["winner"] = "quick branch-and-cut"
             return quick, details
