@@ -58,6 +58,13 @@ def root_lp(graph, budget, formulation):
     return out.objective + sf.objective_offset
 
 
+def _proof(r) -> str:
+    """How a run proved its schedule without the search: the root LP's bound, or RENS's try on the whole program."""
+    if r.get("bound_source"):
+        return f"{r['warm_start']}, bound of the {r['bound_source']}"
+    return f"no MILP, {r['warm_start']}"
+
+
 def run(graph, budget, limit, **options):
     t0 = time.perf_counter()
     res = solve(graph, budget, method="ilp", time_limit_s=limit, **options)
@@ -66,6 +73,7 @@ def run(graph, budget, limit, **options):
         "time_s": time.perf_counter() - t0, "nodes": res.stats.get("nodes"),
         "size": res.stats.get("size"), "warm_start": res.stats.get("warm_start_method"),
         "milp_skipped": bool(res.stats.get("milp_skipped")), "cuts": res.stats.get("cuts"),
+        "bound_source": res.stats.get("bound_source"),
         "search": res.stats.get("search"), "winner": (res.stats.get("portfolio") or {}).get("winner"),
     }
 
@@ -120,9 +128,9 @@ def render(raw, limit, command, machine) -> str:
             fmt_time(paper, limit), paper["nodes"],
             "-" if plain is None else f"{fmt_time(plain, limit)} ({plain['nodes']})",
             fmt_time(strong, limit), strong["nodes"], speed,
-            fmt_time(method, limit) + (f" (no MILP, {method['warm_start']})" if method.get("milp_skipped") else
+            fmt_time(method, limit) + (f" ({_proof(method)})" if method.get("milp_skipped") else
                                        f" ({method['winner']} won)" if method.get("winner") else ""), speed2,
-            "-" if milp is None else fmt_time(milp, limit) + (" (no MILP)" if milp.get("milp_skipped") else ""),
+            "-" if milp is None else fmt_time(milp, limit) + (f" ({_proof(milp)})" if milp.get("milp_skipped") else ""),
             speed4,
             "-" if bnc is None else fmt_time(bnc, limit) + (" (no search)" if bnc.get("milp_skipped")
                                                              else f" ({bnc['nodes']})"),

@@ -1,7 +1,7 @@
 """The portfolio's tuning, each change undone in turn (the short search's cap, RENS's skip), and the child's priority.
 
 ``search="portfolio"`` (the default on two cores) runs branch-and-cut in a
-child process beside HiGHS. Eleven settings are measured against the shipped
+child process beside HiGHS. Thirteen settings are measured against the shipped
 ones on the instances where they matter, in one run:
 
 * *child at niceness 19*: the branch-and-cut child lowers its priority
@@ -35,11 +35,18 @@ ones on the instances where they matter, in one run:
 * *no cover cuts in the short search*: the short search separates path
   inequalities only at its nodes (``portfolio._QUICK_COVER_CUTS = False``;
   shipped up to commit b712166) instead of lifted cover inequalities too.
+* *no node rounding in the short search*: the short search does not round
+  its nodes' LP points (``portfolio._QUICK_NODE_ROUNDING = False``; shipped
+  up to commit 1ffa844).
+* *small programs as large ones*: no program counts as small
+  (``ilp._SMALL_PROGRAM_INTEGER = 0``; as up to commit 1ffa844): RENS's
+  widened try is the keeps at 0 rather than the whole program at HiGHS's
+  root, and the child starts before RENS on every program.
 
 Each solve is repeated while its runs total under 10 s (median shown); where
 the short search proved it, its nodes are shown.
 
-    python benchmarks/bench_portfolio_tuning.py           # ten instances, about 25 minutes
+    python benchmarks/bench_portfolio_tuning.py           # twelve instances, about 30 minutes
     python benchmarks/bench_portfolio_tuning.py --quick   # the two smallest, printed only
 """
 
@@ -70,6 +77,8 @@ INSTANCES = [
     ("random(16 layers, seed 3)", lambda: random_training_graph(16, 2, seed=3), 87),
     ("random(5 layers, seed 4)", lambda: random_training_graph(5, 2, seed=4), 44),
     ("random(5 layers, seed 2)", lambda: random_training_graph(5, 2, seed=2), 54),
+    ("random(5 layers, seed 6)", lambda: random_training_graph(5, 2, seed=6), 37),
+    ("random(10 layers, seed 5)", lambda: random_training_graph(10, 2, seed=5), 48),
     ("random(10 layers, seed 7)", lambda: random_training_graph(10, 2, seed=7), 59),
     ("random(10 layers, seed 8)", lambda: random_training_graph(10, 2, seed=8), 55),
     ("random(16 layers, seed 7)", lambda: random_training_graph(16, 2, seed=7), 84),
@@ -116,6 +125,8 @@ VARIANTS = {
     "no node floor": lambda: patched(portfolio, "_QUICK_MIN_NODES", 0),
     "node floor without its cap": lambda: patched(portfolio, "_QUICK_FLOOR_S", math.inf),
     "no cover cuts in the short search": lambda: patched(portfolio, "_QUICK_COVER_CUTS", False),
+    "no node rounding in the short search": lambda: patched(portfolio, "_QUICK_NODE_ROUNDING", False),
+    "small programs as large ones": lambda: patched(ilp, "_SMALL_PROGRAM_INTEGER", 0),
 }
 
 

@@ -138,6 +138,9 @@ def with_rows(sf: StandardForm, rows: sp.csr_array, row_lo: np.ndarray, row_hi: 
     out.row_hi = np.concatenate([sf.row_hi, np.asarray(row_hi, dtype=np.float64)])
     out.row_families = {**sf.row_families, family: sf.row_families.get(family, 0) + rows.shape[0]}
     out.budget_rows = None   # the added rows may depend on the budget (covers do): no longer re-budgeted
+    for key in ("_path_data", "_knapsack_rows"):   # the columns and the rows before the new ones are the same
+        if key in sf.__dict__:
+            out.__dict__[key] = sf.__dict__[key]
     return out
 
 
@@ -145,6 +148,23 @@ def _family_slice(sf: StandardForm, family: str) -> slice:
     names = list(sf.row_families)
     start = sum(sf.row_families[k] for k in names[:names.index(family)])
     return slice(start, start + sf.row_families[family])
+
+
+def _knapsack_rows(sf: StandardForm) -> list[tuple[np.ndarray, np.ndarray, float, float]]:
+    """``(columns, weights, capacity, tolerance)`` of each knapsack row of ``sf`` that its binaries can
+    overfill (the others admit no cover), built once per program (branch-and-cut separates at every node)."""
+    cached = sf.__dict__.get("_knapsack_rows")
+    if cached is None:
+        sl = _family_slice(sf, "knapsack")
+        K = sp.csr_array(sf.A.tocsr()[sl])
+        cached = []
+        for r, cap in enumerate(sf.row_hi[sl].tolist()):
+            cols, w = K.indices[K.indptr[r]:K.indptr[r + 1]], K.data[K.indptr[r]:K.indptr[r + 1]]
+            eps = 1e-9 * max(1.0, abs(cap))
+            if w.sum() > cap + eps:
+                cached.append((cols, w, cap, eps))
+        sf.__dict__["_knapsack_rows"] = cached
+    return cached
 
 
 def _lift(w: np.ndarray, cap: float, cover: list[int], order: list[int], eps: float) -> tuple[np.ndarray, int]:
@@ -241,17 +261,11 @@ def cover_inequalities(sf: StandardForm, x: np.ndarray, max_cuts: int = 500, tol
     empty = (sp.csr_array((0, sf.n_cols)), np.zeros(0), np.zeros(0))
     if not sf.row_families.get("knapsack"):
         return empty
-    sl = _family_slice(sf, "knapsack")
-    K = sp.csr_array(sf.A.tocsr()[sl])
-    caps = sf.row_hi[sl]
     found = []                                  # (violation, columns, coefficients, rhs)
-    for r in range(K.shape[0]):
-        lo, hi = K.indptr[r], K.indptr[r + 1]
-        cols, w, cap = K.indices[lo:hi], K.data[lo:hi], float(caps[r])
-        eps = 1e-9 * max(1.0, abs(cap))
-        if w.sum() <= cap + eps:
-            continue
+    for cols, w, cap, eps in _knapsack_rows(sf):
         xs = np.clip(x[cols], 0.0, 1.0)
+        if not np.any((xs > tol) & (xs < 1.0 - tol)):
+            continue                                  # integral here: it meets the row, so every valid row too
         cover, weight = [], 0.0
         for j in np.lexsort(((1.0 - xs) / w, xs < 1.0 - tol)):
             if xs[j] <= tol:

@@ -7,7 +7,10 @@ tree. This search solves the LP relaxation with HiGHS (from the last basis),
 separates path inequalities at every node (they are valid for every schedule,
 so they stay in the LP for the rest of the search), fixes binaries by reduced
 cost against the incumbent, and branches on the keep decisions ``S`` (the
-recomputations follow from them), earliest stage first, depth first.
+recomputations follow from them), earliest stage first, depth first;
+optionally it separates lifted cover inequalities at every node too and
+rounds every node's LP point into a schedule (``cover_cuts``,
+``node_rounding``).
 
 It spends no time on a general solver's root work (its own cut loop, sub-MIP
 heuristics), which on some chains is most of HiGHS's time; it also lacks
@@ -28,7 +31,7 @@ import scipy.sparse as sp
 
 from ..errors import SolverError
 from ..formulation.standard_form import StandardForm
-from ..schedule import SolveStatus
+from ..schedule import Schedule, SolveStatus
 from .backends import BackendResult
 
 __all__ = ["branch_and_cut"]
@@ -57,6 +60,7 @@ class _Search:
     fixed: int = 0
     rejected: int = 0                   # integral LP points the schedule check refused (tolerance)
     received: int = 0                   # cheaper schedules received from a search beside this one
+    rounded: int = 0                    # cheaper schedules found by rounding a node's LP point
     lp_rows: int = 0                    # rows of the program in the LP (before the rows separated here)
     dropped_bound: float = np.inf       # least LP bound of a node dropped for such a point (not proven)
 
@@ -64,7 +68,8 @@ class _Search:
 def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_limit_s: float | None = None,
                    mip_rel_gap: float | None = 1e-4, threads: int | None = None, verbose: bool = False,
                    node_limit: int | None = None, cut_rounds: int = 5, cuts_per_round: int = 200,
-                   cover_rows: bool = False, cover_cuts: bool = False,
+                   cover_rows: bool = False, cover_cuts: bool = False, node_rounding: bool = False,
+                   rounding_samples: int = 0,
                    share: Callable[[float, np.ndarray], None] | None = None,
                    receive: Callable[[], np.ndarray | None] | None = None,
                    on_node: Callable[[int], bool | None] | None = None,
@@ -107,10 +112,23 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
         (:func:`~remat_core.formulation.cuts.cover_inequalities`) at every
         node, beside the path inequalities; like those they stay in the LP.
         On the small gaps of the portfolio's short first search they cut the
-        tree (random(5 layers, seed 4) at 44 and seed 2 at 54: section
-        *portfolio-tuning* of ``benchmarks/README.md``, *no cover cuts in the
-        short search*); off by default, for the reason given for
-        ``cover_rows``.
+        tree (random(5 layers, seed 4) at 44 from ``ilp``'s root and the
+        optimum: 11 nodes instead of 73; ``benchmarks/bench_portfolio_tuning.py``,
+        *no cover cuts in the short search*, times it); off by default, for
+        the reason given for ``cover_rows``.
+    node_rounding : bool
+        At every node whose LP point is fractional (and not cut off), round
+        its keeps as lp-rounding does (the threshold sweep, each candidate
+        with the optimal recomputation, simulated) and take the cheapest
+        that fits as the incumbent if it beats it. A depth-first search
+        otherwise improves its incumbent only where a dive ends; a better one
+        early cuts the rest of the tree: from a start one unit above the
+        optimum, random(10 layers, seed 5) at 48 is proven in 5 nodes
+        instead of 12. Off by default; on in the portfolio's short search.
+    rounding_samples : int
+        With ``node_rounding``, this many seeded randomized roundings per node
+        besides the sweep (without a start they find schedules the sweep
+        misses, at a cost per node).
     share, receive : callable, optional
         For a search running beside this one (:mod:`~remat_core.solvers.portfolio`):
         ``share(objective, x)`` is called with every cheaper schedule this
@@ -131,7 +149,8 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
     BackendResult
         As a MILP backend's: ``objective`` and ``bound`` without ``sf.objective_offset``;
         ``stats`` holds ``nodes``, ``lp_solves``, ``cut_rows`` (of which ``cover_cut_rows``),
-        ``fixed_by_reduced_cost``, ``rejected_points``, ``received_incumbents``, ``lp_rows`` (the program's rows in the
+        ``fixed_by_reduced_cost``, ``rejected_points``, ``received_incumbents``, ``rounded_incumbents`` (found by
+        ``node_rounding``), ``lp_rows`` (the program's rows in the
         search's LP: all but the knapsack and cover rows), ``backend_status``, ``gap`` and ``time_s``.
     """
     import highspy
@@ -144,7 +163,8 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
 
     if sf.formulation != "strong":
         raise ValueError(f"branch-and-cut runs on the 'strong' formulation; got {sf.formulation!r}")
-    for name, value, least in (("cut_rounds", cut_rounds, 0), ("cuts_per_round", cuts_per_round, 1)):
+    for name, value, least in (("cut_rounds", cut_rounds, 0), ("cuts_per_round", cuts_per_round, 1),
+                               ("rounding_samples", rounding_samples, 0)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
             raise ValueError(f"`{name}` must be an integer >= {least}; got {value!r}")
     if node_limit is not None and (isinstance(node_limit, bool) or not isinstance(node_limit, (int, np.integer))
@@ -192,7 +212,9 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
             return False
         value = float(sim.total_cost) - off
         if value < run.incumbent - 1e-9:
-            run.incumbent, run.x = value, sf.encode(sched)
+            # the caller's start is kept as given (it decodes to the schedule just simulated); the others are
+            # re-encoded in canonical form (an LP vertex may carry stray values that the decoding ignores)
+            run.incumbent, run.x = value, xr if source == "start" else sf.encode(sched)
             log.debug("branch-and-cut: schedule of cost %g at node %d (%s)", value + off, run.nodes, source)
             if source == "search" and share is not None:
                 share(value, run.x)
@@ -204,6 +226,29 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
         if start.shape != (sf.n_cols,):
             raise ValueError(f"`start` must have one value per column ({sf.n_cols}); got shape {start.shape}")
         offer(start, "start")
+
+    if node_rounding:
+        from ..formulation import canonical_schedule
+        from .lp_rounding import _Evaluator, rounding_candidates
+
+        evaluate = _Evaluator(graph)
+
+    def round_point(x: np.ndarray) -> np.ndarray | None:
+        """The cheapest rounding of ``x``'s keeps that fits (the threshold sweep and ``rounding_samples`` seeded
+        draws, each with the optimal recomputation), encoded, if it beats the incumbent; else None."""
+        best, seen = None, set()
+        for _label, S in rounding_candidates(sf.fractional(x)[1], "both", rounding_samples, seed=run.nodes):
+            key = S.tobytes()
+            if key in seen:
+                continue
+            seen.add(key)
+            cost, peak = evaluate(S)
+            if peak <= budget and (best is None or cost < best[0] - 1e-9):
+                best = (cost, S)
+        if best is None or best[0] - off >= run.incumbent - 1e-9:
+            return None
+        run.rounded += 1
+        return sf.encode(Schedule(*canonical_schedule(graph, best[1])))
 
     def solve_lp() -> tuple[str, float | None, np.ndarray | None]:
         if deadline is not None:
@@ -306,6 +351,12 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
         if state == "infeasible" or bound > cutoff():   # valid rows made the node's LP infeasible: no schedule
             continue
         j = branch_column(x)
+        if j is not None and node_rounding:
+            found = round_point(x)
+            if found is not None:
+                offer(found, "rounding")
+                if bound > cutoff():   # the new incumbent cuts this node off
+                    continue
         if j is None:
             if not offer(x):   # within the LP's tolerance only: the subtree is not searched, so not proven
                 run.dropped_bound = min(run.dropped_bound, bound)
@@ -367,5 +418,5 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
 def _stats(run: _Search, word: str, elapsed: float, gap: float | None) -> dict:
     return {"backend_status": f"branch-and-cut: {word}", "nodes": run.nodes, "lp_solves": run.lp_solves,
             "cut_rows": run.cut_rows, "cover_cut_rows": run.cover_cut_rows, "fixed_by_reduced_cost": run.fixed, "rejected_points": run.rejected,
-            "received_incumbents": run.received, "lp_rows": run.lp_rows,
+            "received_incumbents": run.received, "rounded_incumbents": run.rounded, "lp_rows": run.lp_rows,
             "gap": gap, "time_s": elapsed}

@@ -72,6 +72,19 @@ _CUT_TIME_SHARE = 0.25
 #: (random(10 layers, seed 6) at 57, where the optimum 255 turns up after 1.35 s and one run in two stopped
 #: at 257, then 284 with RENS at 1 s: the search's start depended on the machine's speed that second).
 _RENS_TIME_S, _RENS_TIME_SHARE, _INTEGRAL_TOL = 3.0, 0.1, 1e-6
+#: A *small* program has at most this many integer columns (the 5-layer random graphs of sections ilp and
+#: ilp-random have 272-342 and linear(8) 272; the 10-layer ones 812-1190). On one, (1) where RENS's first
+#: neighbourhood holds no schedule, its widened try is the whole program at HiGHS's root (_RENS_WHOLE_OPTIONS)
+#: rather than the keeps the LP holds at 0: such a root is cheap there, and HiGHS's root rounding, reduced-cost
+#: fixing and restart often prove the optimum in it (random(5 layers, seed 6) at 37: 154 proven at the root,
+#: where the keeps at 0 gave 164 and the short search then took 21 nodes; on random(10 layers, seed 6) at 57
+#: the whole root ran into RENS's 3 s cap with 267, against 255 from the keeps at 0); (2) the portfolio's
+#: child is not started before RENS: RENS and the short search mostly end before it would be ready, and
+#: spawning it takes both this process's time and the core HiGHS would use (race still starts it once the
+#: short search has run _CHILD_DELAY_S without a proof). bench_portfolio_tuning.py, *small programs as large
+#: ones*, times both against the rules for large programs.
+_SMALL_PROGRAM_INTEGER = 400
+_RENS_WHOLE_OPTIONS = {"mip_max_nodes": 1}
 
 #: Values of ``solve_ilp``'s ``search``.
 _SEARCHES = ("auto", "milp", "branch-and-cut", "portfolio")
@@ -260,8 +273,8 @@ def _decoded(graph: Graph, sf, x: np.ndarray, budget_bytes: int) -> tuple[Schedu
     return schedule, sim.total_cost
 
 
-def _rens(graph: Graph, sf, x: np.ndarray, budget_bytes: int, time_limit_s: float, threads: int | None
-          ) -> tuple[Schedule | None, float | None, dict[str, Any]]:
+def _rens(graph: Graph, sf, x: np.ndarray, budget_bytes: int, time_limit_s: float, threads: int | None,
+          whole: bool = False) -> tuple[Schedule | None, float | None, dict[str, Any]]:
     """RENS (relaxation enforced neighbourhood search): the MILP with every keep ``S`` that the LP point ``x``
     holds at 0 or 1 fixed there, solved by HiGHS within ``time_limit_s``.
 
@@ -273,7 +286,10 @@ def _rens(graph: Graph, sf, x: np.ndarray, budget_bytes: int, time_limit_s: floa
     holds at 1 may admit no schedule; the neighbourhood is then widened to
     the keeps it holds at 0 only, within what is left of the time
     (random(10 layers, seed 6) at 57: the first is infeasible, the second
-    holds the optimum, 255, where no heuristic finds any schedule).
+    holds the optimum, 255, where no heuristic finds any schedule), or with
+    ``whole`` (a small program, :data:`_SMALL_PROGRAM_INTEGER`) to the whole
+    program at HiGHS's root, whose dual bound, a bound on every schedule, is
+    then ``stats["bound"]``.
     Returns ``(schedule or None, cost, stats)``; the schedule is simulated
     and within budget.
     """
@@ -284,8 +300,9 @@ def _rens(graph: Graph, sf, x: np.ndarray, budget_bytes: int, time_limit_s: floa
     xs = x[s_cols]
     stats: dict[str, Any] = {"tries": []}
     schedule, cost = None, None
-    for name, fix in (("keeps at 0 and 1", (xs < _INTEGRAL_TOL) | (xs > 1.0 - _INTEGRAL_TOL)),
-                      ("keeps at 0", xs < _INTEGRAL_TOL)):
+    wide = ("nothing: the whole program, at its root", np.zeros(len(xs), dtype=bool)) if whole else \
+        ("keeps at 0", xs < _INTEGRAL_TOL)
+    for name, fix in (("keeps at 0 and 1", (xs < _INTEGRAL_TOL) | (xs > 1.0 - _INTEGRAL_TOL)), wide):
         left = time_limit_s - (time.perf_counter() - t0)
         if left <= 0:
             break
@@ -293,11 +310,14 @@ def _rens(graph: Graph, sf, x: np.ndarray, budget_bytes: int, time_limit_s: floa
         lo, hi = sf.col_lo.astype(np.float64), sf.col_hi.astype(np.float64)
         lo[fixed] = hi[fixed] = np.round(x[fixed])
         out = highs_solve(sf.c, sf.A, sf.row_lo, sf.row_hi, lo, hi, sf.integrality, time_limit_s=left,
-                          mip_rel_gap=1e-4, threads=threads)
+                          mip_rel_gap=1e-4, threads=threads,
+                          options=_RENS_WHOLE_OPTIONS if not fix.any() else None)
         if out.x is not None:
             schedule, cost = _decoded(graph, sf, out.x, budget_bytes)
         stats["tries"].append({"fixed": name, "free_keeps": int(len(s_cols) - len(fixed)),
                                "status": out.stats.get("backend_status"), "cost": cost})
+        if not fix.any() and out.bound is not None:   # nothing fixed: a bound on every schedule
+            stats["bound"] = float(out.bound) + sf.objective_offset
         if out.status is not SolveStatus.INFEASIBLE:
             break
     stats.update(cost=cost, time_s=time.perf_counter() - t0)
@@ -312,8 +332,12 @@ def _rounded(graph: Graph, sf, x: np.ndarray, budget_bytes: int) -> tuple[Schedu
     from .lp_rounding import _Evaluator, rounding_candidates
 
     evaluate = _Evaluator(graph)
-    best = None
+    best, seen = None, set()
     for _label, S in rounding_candidates(sf.fractional(x)[1], "both", 32, seed=0):
+        key = S.tobytes()
+        if key in seen:   # near-integral points give many equal draws
+            continue
+        seen.add(key)
         cost, peak = evaluate(S)
         if peak <= budget_bytes and (best is None or cost < best[0] - 1e-9):
             best = (cost, S)
@@ -333,6 +357,11 @@ def _rens_skipped(graph: Graph, start_cost: float | None, bound: float | None) -
     looks for one with a proof attached (section *portfolio-tuning* of ``benchmarks/README.md``)."""
     return (start_cost is not None and bound is not None and _integer_costs(graph)
             and start_cost <= bound + 1 + 1e-9)
+
+
+def _small_program(sf) -> bool:
+    """Whether ``sf`` is small: at most :data:`_SMALL_PROGRAM_INTEGER` integer columns."""
+    return int(np.count_nonzero(sf.integrality)) <= _SMALL_PROGRAM_INTEGER
 
 
 def _integer_costs(graph: Graph) -> bool:
@@ -578,7 +607,8 @@ def solve_ilp(
         stats.update(milp_skipped=True, returned_warm_start=True, gap=_gap(stats["warm_start_cost"], lp_bound))
         return RematResult(status=SolveStatus.OPTIMAL, schedule=warm, backend=backend, stats=stats,
                            lower_bound=min(lp_bound, stats["warm_start_cost"]),
-                           message=f"optimal: the {stats['warm_start_method']} schedule meets the LP bound")
+                           message=f"optimal: the {stats['warm_start_method']} schedule meets the "
+                                   f"{stats.get('bound_source', 'LP')} bound")
 
     done = proven_optimal()
     if done is not None:
@@ -629,9 +659,11 @@ def solve_ilp(
             if done is not None:
                 return done
             skip_rens = _rens_skipped(graph, None if warm is None else stats["warm_start_cost"], lp_bound)
-            if search == "portfolio" and not skip_rens:
-                # the child's interpreter starts while RENS runs (without RENS, race starts it only if its short
-                # search here outlasts a few milliseconds: most small gaps are closed sooner than a child spawns)
+            small = _small_program(sf)
+            if search == "portfolio" and not skip_rens and not small:
+                # the child's interpreter starts while RENS runs (without RENS, or on a small program, race
+                # starts it only if its short search here outlasts a few milliseconds: most small gaps are
+                # closed sooner than a child spawns)
                 from .portfolio import start_child
 
                 child = start_child(sf, _start_vector(sf, warm), mip_rel_gap=mip_rel_gap,
@@ -646,8 +678,14 @@ def solve_ilp(
                 if time_limit_s is not None:
                     left = float(time_limit_s) - (time.perf_counter() - start)
                     cap = min(cap, max(_RENS_TIME_SHARE * left, 0.05))
-                found, found_cost, stats["rens"] = _rens(graph, sf, x_root, budget_bytes, cap, threads)
-            done = offer(found, found_cost, "rens")
+                found, found_cost, stats["rens"] = _rens(graph, sf, x_root, budget_bytes, cap, threads, whole=small)
+                stats["rens"]["child_beside"] = child is not None
+                if stats["rens"].get("bound") is not None:   # its try on the whole program proved a bound
+                    proven = _proven_bound(graph, stats["rens"]["bound"])
+                    if lp_bound is None or proven > lp_bound:
+                        lp_bound, stats["bound_source"] = proven, "whole program's root (RENS)"
+                        stats["lp_bound"] = lp_bound
+            done = offer(found, found_cost, "rens") or proven_optimal()   # (the bound may prove an older start)
             if done is not None:
                 return done
         if late_lp_rounding and warm is not None:

@@ -59,8 +59,8 @@ _KILL_GRACE_S = 5.0   # how long past the deadline the child may take to report 
 #: above a good start is often closed there in a few nodes, before HiGHS's root work would have finished
 #: (random(10 layers, seed 4) at 54: 3 nodes, under 0.1 s, where HiGHS took 0.5 s); otherwise its cheapest
 #: schedule starts both searches. Up to commit 2a7d0f1 it stopped at 50 nodes; without that limit random(5 layers,
-#: seed 4) at 44 is proven here in 73 nodes (0.12 s in all instead of 0.26 s, HiGHS then winning; section
-#: *portfolio-tuning*, *short search <= 50 nodes*).
+#: seed 4) at 44 was proven here in 73 nodes (0.12 s in all instead of 0.26 s, HiGHS then winning; section
+#: *portfolio-tuning*, *short search <= 50 nodes*; in 11 since the cover rows at every node, below).
 _QUICK_NODES, _QUICK_S, _QUICK_SHARE = None, 0.5, 0.25
 #: The child's interpreter is ready about 0.26 s after it starts (its imports and a job of a few
 #: milliseconds, measured); once it is, the short search here only delays HiGHS, so it gets what is left of
@@ -82,9 +82,15 @@ _QUICK_MIN_NODES, _QUICK_FLOOR_S = 20, 0.15
 _CHILD_DELAY_S = 0.02
 #: The short search separates lifted cover inequalities at every node as well as path inequalities (besides
 #: keeping the root's cover rows; ``branch_and_cut``'s ``cover_cuts``): its gaps are small, and there they
-#: close in far fewer nodes (random(5 layers, seed 4) at 44, seed 2 at 54: section *portfolio-tuning*, *no
-#: cover cuts in the short search*). The child's long search keeps neither (``cover_rows``).
+#: close in far fewer nodes (random(5 layers, seed 4) at 44 from the optimum: 11 instead of 73; timed by
+#: bench_portfolio_tuning.py, *no cover cuts in the short search*). The child's long search keeps neither
+#: (``cover_rows``).
 _QUICK_COVER_CUTS = True
+#: ... and rounds every node's LP point into a schedule (``branch_and_cut``'s ``node_rounding``, the threshold
+#: sweep only): a better incumbent early cuts the rest of a short search (random(10 layers, seed 5) at 48
+#: from the rounded root point: 5 nodes instead of 12; timed by bench_portfolio_tuning.py, *no node rounding
+#: in the short search*). Randomized draws besides cost more per node than they saved in one-off runs.
+_QUICK_NODE_ROUNDING = True
 _PROOFS = (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE)
 
 
@@ -251,8 +257,8 @@ def race(sf: StandardForm, start: np.ndarray | None, *, time_limit_s: float | No
     (:data:`_QUICK_NODES`, :data:`_QUICK_S`, until :data:`_CHILD_READY_S`
     after the child started but at least :data:`_QUICK_MIN_S` and
     :data:`_QUICK_MIN_NODES` nodes, these at most :data:`_QUICK_FLOOR_S`
-    longer; lifted cover rows separated at every node,
-    :data:`_QUICK_COVER_CUTS`); if it proves, that is the
+    longer; lifted cover rows separated and the LP point rounded at every
+    node, :data:`_QUICK_COVER_CUTS`, :data:`_QUICK_NODE_ROUNDING`); if it proves, that is the
     result (``winner`` ``"quick branch-and-cut"``), else its cheapest
     schedule is the start of both searches.
 
@@ -306,9 +312,10 @@ def race(sf: StandardForm, start: np.ndarray | None, *, time_limit_s: float | No
 
         quick = branch_and_cut(sf, start=start, time_limit_s=hard_s, mip_rel_gap=mip_rel_gap, threads=threads,
                                node_limit=_QUICK_NODES, cover_rows=True, cover_cuts=_QUICK_COVER_CUTS,
-                               on_node=on_node)
+                               node_rounding=_QUICK_NODE_ROUNDING, on_node=on_node)
         details["quick"] = {"status": quick.stats.get("backend_status"), "time_s": quick.stats.get("time_s"),
-                            "nodes": quick.stats.get("nodes"), "cover_cut_rows": quick.stats.get("cover_cut_rows")}
+                            "nodes": quick.stats.get("nodes"), "cover_cut_rows": quick.stats.get("cover_cut_rows"),
+                            "rounded_incumbents": quick.stats.get("rounded_incumbents")}
         if quick.status in _PROOFS:
             details["winner"] = "quick branch-and-cut"
             return quick, details

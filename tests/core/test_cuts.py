@@ -275,3 +275,25 @@ def test_cover_separation_without_knapsack_rows_and_bad_arguments():
         cover_inequalities(sf, np.zeros(3))
     with pytest.raises(ValueError, match="strong"):
         cover_inequalities(build_milp(linear_graph(3), 4, "paper"), np.zeros(1))
+
+
+def test_cover_separation_reads_each_programs_own_capacities():
+    """The knapsack rows are kept per program: after one program's separation, the same program at another
+    budget (``with_budget``, which shares the matrix) separates with its own capacities, exactly as a fresh
+    build does; and a point that is integral on a row's values gives no row there."""
+    from remat_core.formulation.cuts import cover_inequalities
+
+    g = random_training_graph(10, 2, seed=4)
+    sf = build_milp(g, 54)
+    lp = solve_arrays("highs", sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, np.zeros(sf.n_cols))
+    first = cover_inequalities(sf, lp.x)
+    assert first[0].shape[0] > 0
+    for budget in (50, 60):
+        moved = sf.with_budget(budget)
+        fresh = build_milp(g, budget)
+        a, b = cover_inequalities(moved, lp.x), cover_inequalities(fresh, lp.x)
+        assert (a[0] != b[0]).nnz == 0 and np.array_equal(a[1], b[1]) and np.allclose(a[2], b[2]), budget
+    other = cover_inequalities(sf.with_budget(50), lp.x)   # the capacities matter for this point
+    assert other[0].shape != first[0].shape or not np.array_equal(other[1], first[1])
+    schedule = solve(g, 54, method="ilp").schedule
+    assert cover_inequalities(sf, sf.encode(schedule))[0].shape[0] == 0

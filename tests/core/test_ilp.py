@@ -283,7 +283,7 @@ def _no_start_but_lp_rounding(monkeypatch):
 
     monkeypatch.setattr(ilp_module, "_NOT_FOR_WARM_START", frozenset(available_methods()))
     monkeypatch.setattr(ilp_module, "_rounded", lambda *a: (None, None))
-    monkeypatch.setattr(ilp_module, "_rens", lambda *a: (None, None, {"cost": None}))
+    monkeypatch.setattr(ilp_module, "_rens", lambda *a, **k: (None, None, {"cost": None}))
 
 
 @pytest.mark.parametrize("other_starts", [True, False])
@@ -453,6 +453,31 @@ def test_the_root_bound_proves_the_rounded_root_point_without_a_search():
     assert ilp._rounded(g, sf, stats["x"], lo - 1) == (None, None)
 
 
+def test_rens_widens_to_the_whole_program_at_its_root_on_a_small_program(monkeypatch):
+    """random(5 layers, seed 6) at 37 (272 integer columns: small): no rounding of the root point fits, the keeps
+    the LP holds at 0 or 1 admit no schedule, and the widened try is the whole program at HiGHS's root, whose
+    bound proves its schedule, the optimum 154: no search runs. Treated as a large program, the widened try is the
+    keeps at 0 (164), and a search proves 154."""
+    ilp = importlib.import_module("remat_core.solvers.ilp")
+    g, budget = random_training_graph(5, 2, seed=6), 37
+    assert ilp._small_program(build_milp(g, budget, "strong"))
+    res = solve(g, budget, method="ilp", search="portfolio")
+    assert res.status is SolveStatus.OPTIMAL and res.objective == 154 and res.lower_bound == 154
+    tries = res.stats["rens"]["tries"]
+    assert [t["status"] for t in tries][0] == "Infeasible" and tries[1]["fixed"].startswith("nothing")
+    assert res.stats["rens"]["bound"] == pytest.approx(154) and res.stats["lp_bound"] == 154
+    assert res.stats["bound_source"].startswith("whole program") and res.stats["milp_skipped"]
+    assert "portfolio" not in res.stats and res.stats["rens"]["child_beside"] is False
+    sim = simulate(g, res.schedule)
+    assert sim.peak_memory_bytes <= budget and sim.total_cost == 154
+    monkeypatch.setattr(ilp, "_SMALL_PROGRAM_INTEGER", 0)
+    large = solve(g, budget, method="ilp", search="portfolio")
+    assert large.status is SolveStatus.OPTIMAL and large.objective == 154
+    assert large.stats["rens"]["tries"][1]["fixed"] == "keeps at 0" and large.stats["rens"]["cost"] == 164
+    assert "bound" not in large.stats["rens"] and "bound_source" not in large.stats
+    assert large.stats["rens"]["child_beside"] is True and large.stats["portfolio"]["winner"] is not None
+
+
 def test_rens_is_skipped_one_unit_above_the_bound():
     """linear(8) at 4: the root rounds bound the cost at 25 and the heuristics' start costs 26; only a schedule
     at the bound could beat it, which the search looks for with a proof, so RENS does not run. With a
@@ -472,9 +497,9 @@ def test_rens_cap_is_the_constant_without_a_limit_and_a_tenth_of_what_is_left_wi
     ilp = importlib.import_module("remat_core.solvers.ilp")
     caps = []
 
-    def recorded(graph, sf, x, budget_bytes, time_limit_s, threads):
+    def recorded(graph, sf, x, budget_bytes, time_limit_s, threads, **kw):
         caps.append(time_limit_s)
-        return real(graph, sf, x, budget_bytes, time_limit_s, threads)
+        return real(graph, sf, x, budget_bytes, time_limit_s, threads, **kw)
 
     real = ilp._rens
     monkeypatch.setattr(ilp, "_rens", recorded)

@@ -319,8 +319,9 @@ def test_the_short_search_runs_its_node_floor_even_when_its_time_is_spent(monkey
 
 
 def test_ilp_starts_the_child_before_rens_only_when_rens_runs(monkeypatch):
-    """The child's start overlaps RENS; when RENS is skipped (start one unit above the bound), ``race`` starts
-    it, and only if its short search needs long enough."""
+    """The child's start overlaps RENS on a program that is not small; when RENS is skipped (start one unit
+    above the bound) or the program is small, ``race`` starts it, and only if its short search needs long
+    enough."""
     from remat_core.solvers import ilp as ilp_module
 
     early = []
@@ -334,9 +335,13 @@ def test_ilp_starts_the_child_before_rens_only_when_rens_runs(monkeypatch):
     assert res.status is SolveStatus.OPTIMAL and res.objective == 121
     assert "skipped" in res.stats["rens"] and early == []
     monkeypatch.setattr(ilp_module, "_rens_skipped", lambda *args: False)
+    res = solve(g, budget, method="ilp", search="portfolio")   # 342 integer columns: small
+    assert res.status is SolveStatus.OPTIMAL and res.objective == 121
+    assert "tries" in res.stats["rens"] and early == [] and res.stats["rens"]["child_beside"] is False
+    monkeypatch.setattr(ilp_module, "_SMALL_PROGRAM_INTEGER", 0)
     res = solve(g, budget, method="ilp", search="portfolio")
     assert res.status is SolveStatus.OPTIMAL and res.objective == 121
-    assert "tries" in res.stats["rens"] and early == [1]
+    assert "tries" in res.stats["rens"] and early == [1] and res.stats["rens"]["child_beside"] is True
 
 
 def test_highs_runs_without_its_rens_only_beside_a_child(monkeypatch):
@@ -372,6 +377,30 @@ def test_highs_runs_without_its_rens_only_beside_a_child(monkeypatch):
                                   mip_rel_gap=1e-4, threads=None, verbose=False, milp_options={"presolve": "on"},
                                   milp_options_beside_child=off)
     assert "error" in details and seen[-1] == details["milp_options"] == {"presolve": "on"}
+
+
+def test_the_short_search_rounds_its_nodes_lp_points(monkeypatch):
+    """``_QUICK_NODE_ROUNDING``: from the rounded root point (213), the short search proves random(10 layers,
+    seed 5) at 48 (212) with an incumbent found by rounding, in fewer nodes than without."""
+    from remat_core.solvers import ilp as ilp_module
+
+    g, budget = random_training_graph(10, 2, seed=5), 48
+    sf, _bound, stats = _strengthen(build_milp(g, budget, "strong"), "highs", 1, None)
+    schedule, cost = ilp_module._rounded(g, sf, stats["x"], budget)
+    assert cost == 213
+    monkeypatch.setattr(portfolio, "_CHILD_READY_S", math.inf)   # the short search runs to its _QUICK_S
+    monkeypatch.setattr(portfolio, "_QUICK_S", 60.0)
+    nodes = {}
+    for rounding in (True, False):   # True: as shipped
+        if not rounding:
+            monkeypatch.setattr(portfolio, "_QUICK_NODE_ROUNDING", False)
+        out, details = portfolio.race(sf, sf.encode(schedule), time_limit_s=600, mip_rel_gap=1e-4, threads=None,
+                                      verbose=False, milp_options=None, child=False)
+        assert details["winner"] == "quick branch-and-cut", details
+        assert out.status is SolveStatus.OPTIMAL and out.objective + sf.objective_offset == pytest.approx(212, abs=1e-6)
+        assert (details["quick"]["rounded_incumbents"] > 0) is rounding
+        nodes[rounding] = details["quick"]["nodes"]
+    assert nodes[True] < nodes[False] / 2, nodes
 
 
 def test_the_short_search_separates_cover_rows_at_its_nodes(monkeypatch):
