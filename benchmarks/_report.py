@@ -64,8 +64,36 @@ def repeated(call: Any, budget_s: float = REPEAT_BUDGET_S, max_runs: int = REPEA
     slower of the middle two) with ``"times_s"``, ``"objectives"`` and ``"statuses"``: every run's seconds,
     objective and status (a solve that takes 0.1 s is timed over several runs; one that takes a minute, once)."""
     runs = [call()]
-    while len(runs) < max_runs and sum(r["time_s"] for r in runs) < budget_s:
+    while _wants_more(runs, budget_s, max_runs):
         runs.append(call())
+    return _median_run(runs)
+
+
+def interleaved(calls: dict[str, Any], budget_s: float = REPEAT_BUDGET_S, max_runs: int = REPEAT_MAX_RUNS) -> dict:
+    """:func:`repeated` for several variants of one measurement at once: ``calls`` maps a name to a callable;
+    the runs go in rounds, each round one run of every variant that wants more (same rule as
+    :func:`repeated`), the round's order rotated by one each time, so that a drift of the machine's speed
+    over the minutes of a measurement falls on every variant alike instead of on the ones run last.
+    Returns name -> what :func:`repeated` returns."""
+    names = list(calls)
+    runs: dict[str, list[dict]] = {name: [] for name in names}
+    k = 0
+    while True:
+        order = names[k % len(names):] + names[:k % len(names)]
+        due = [name for name in order if not runs[name] or _wants_more(runs[name], budget_s, max_runs)]
+        if not due:
+            break
+        for name in due:
+            runs[name].append(calls[name]())
+        k += 1
+    return {name: _median_run(runs[name]) for name in names}
+
+
+def _wants_more(runs: list[dict], budget_s: float, max_runs: int) -> bool:
+    return len(runs) < max_runs and sum(r["time_s"] for r in runs) < budget_s
+
+
+def _median_run(runs: list[dict]) -> dict:
     median = sorted(runs, key=lambda r: r["time_s"])[len(runs) // 2]   # of two runs, the slower
     return dict(median, times_s=[r["time_s"] for r in runs], objectives=[r.get("objective") for r in runs],
                 statuses=[r.get("status") for r in runs])

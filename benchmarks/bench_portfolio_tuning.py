@@ -43,8 +43,10 @@ ones on the instances where they matter, in one run:
   widened try is the keeps at 0 rather than the whole program at HiGHS's
   root, and the child starts before RENS on every program.
 
-Each solve is repeated while its runs total under 10 s (median shown); where
-the short search proved it, its nodes are shown.
+Each solve is repeated while its runs total under 10 s (median shown), the
+variants of an instance in interleaved rounds (``_report.interleaved``) so
+that the machine's drift over those minutes does not fall on the variants run
+last; where the short search proved it, its nodes are shown.
 
     python benchmarks/bench_portfolio_tuning.py           # twelve instances, about 30 minutes
     python benchmarks/bench_portfolio_tuning.py --quick   # the two smallest, printed only
@@ -63,7 +65,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from _report import command_line, machine_line, repeated, save_json, table, write_section  # noqa: E402
+from _report import command_line, interleaved, machine_line, save_json, table, write_section  # noqa: E402
 
 from remat_core import solve  # noqa: E402
 from remat_core.solvers import ilp, portfolio  # noqa: E402
@@ -141,6 +143,14 @@ def run(graph, budget):
             "winner": winner}
 
 
+def _under(variant, graph, budget):
+    """One timed solve with ``variant``'s change made for its duration."""
+    def call():
+        with variant():
+            return run(graph, budget)
+    return call
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the two smallest instances, printed only")
@@ -149,10 +159,7 @@ def main() -> None:
     raw, rows = [], []
     for label, make, budget in INSTANCES[:2] if args.quick else INSTANCES:
         g = make()
-        got = {}
-        for name, variant in VARIANTS.items():
-            with variant():
-                got[name] = repeated(lambda: run(g, budget))
+        got = interleaved({name: _under(variant, g, budget) for name, variant in VARIANTS.items()})
         proved = {obj for r in got.values() for obj, st in zip(r["objectives"], r["statuses"]) if st == "optimal"}
         assert len(proved) == 1, (label, got)
         raw.append({"instance": label, "budget": budget, **got})
@@ -172,7 +179,8 @@ def main() -> None:
         f"Command: `{meta['command']}`  ",
         f"Machine: {meta['machine']}  ",
         "`method=\"ilp\", search=\"portfolio\"`, seconds of the whole call (median of the runs while they total "
-        "under 10 s), in brackets the search that proved it, after the comma the time relative to *shipped*. "
+        "under 10 s; the variants' runs in interleaved rounds, each round's order rotated, so that the machine's "
+        "drift falls on all of them alike), in brackets the search that proved it, after the comma the time relative to *shipped*. "
         "*child at niceness 19*: the branch-and-cut child lowers its priority (not shipped); *fixed short "
         "search*: the short branch-and-cut before the race runs its full 0.5 s instead of stopping once the "
         "child is ready (0.4 s after its start, at least 0.1 s and 20 nodes, these for at most 0.15 s more); *RENS always*: RENS runs also when the start "
