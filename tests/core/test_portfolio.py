@@ -388,18 +388,7 @@ def test_the_short_search_rounds_its_nodes_lp_points(monkeypatch):
     sf, _bound, stats = _strengthen(build_milp(g, budget, "strong"), "highs", 1, None)
     schedule, cost = ilp_module._rounded(g, sf, stats["x"], budget)
     assert cost == 213
-    monkeypatch.setattr(portfolio, "_CHILD_READY_S", math.inf)   # the short search runs to its _QUICK_S
-    monkeypatch.setattr(portfolio, "_QUICK_S", 60.0)
-    nodes = {}
-    for rounding in (True, False):   # True: as shipped
-        if not rounding:
-            monkeypatch.setattr(portfolio, "_QUICK_NODE_ROUNDING", False)
-        out, details = portfolio.race(sf, sf.encode(schedule), time_limit_s=600, mip_rel_gap=1e-4, threads=None,
-                                      verbose=False, milp_options=None, child=False)
-        assert details["winner"] == "quick branch-and-cut", details
-        assert out.status is SolveStatus.OPTIMAL and out.objective + sf.objective_offset == pytest.approx(212, abs=1e-6)
-        assert (details["quick"]["rounded_incumbents"] > 0) is rounding
-        nodes[rounding] = details["quick"]["nodes"]
+    nodes = _short_search_nodes(monkeypatch, sf, sf.encode(schedule), 212, "_QUICK_NODE_ROUNDING", "rounded_incumbents")
     assert nodes[True] < nodes[False] / 2, nodes
 
 
@@ -409,16 +398,24 @@ def test_the_short_search_separates_cover_rows_at_its_nodes(monkeypatch):
     g, budget = random_training_graph(5, 2, seed=4), 44
     sf = _strengthen(build_milp(g, budget, "strong"), "highs", 1, None)[0]
     start = sf.encode(solve(g, budget, method="ilp").schedule)
+    nodes = _short_search_nodes(monkeypatch, sf, start, 169, "_QUICK_COVER_CUTS", "cover_cut_rows")
+    assert nodes[True] < nodes[False] / 2, nodes
+
+
+def _short_search_nodes(monkeypatch, sf, start, optimum, switch, stat):
+    """The short search's nodes to prove ``optimum`` from ``start`` with the module switch ``switch`` on (as
+    shipped) and off, given all the time it needs; the statistic ``stat`` is positive exactly when it is on."""
+    assert getattr(portfolio, switch) is True   # as shipped
     monkeypatch.setattr(portfolio, "_CHILD_READY_S", math.inf)   # the short search runs to its _QUICK_S
     monkeypatch.setattr(portfolio, "_QUICK_S", 60.0)
     nodes = {}
-    for cuts in (True, False):   # True: as shipped
-        if not cuts:
-            monkeypatch.setattr(portfolio, "_QUICK_COVER_CUTS", False)
+    for on in (True, False):
+        monkeypatch.setattr(portfolio, switch, on)
         out, details = portfolio.race(sf, start, time_limit_s=600, mip_rel_gap=1e-4, threads=None,
                                       verbose=False, milp_options=None, child=False)
         assert details["winner"] == "quick branch-and-cut", details
-        assert out.status is SolveStatus.OPTIMAL and out.objective + sf.objective_offset == pytest.approx(169, abs=1e-6)
-        assert (details["quick"]["cover_cut_rows"] > 0) is cuts
-        nodes[cuts] = details["quick"]["nodes"]
-    assert nodes[True] < nodes[False] / 2, nodes
+        assert out.status is SolveStatus.OPTIMAL
+        assert out.objective + sf.objective_offset == pytest.approx(optimum, abs=1e-6)
+        assert (details["quick"][stat] > 0) is on
+        nodes[on] = details["quick"]["nodes"]
+    return nodes
