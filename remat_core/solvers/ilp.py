@@ -82,7 +82,8 @@ _RENS_TIME_S, _RENS_TIME_SHARE, _INTEGRAL_TOL = 3.0, 0.1, 1e-6
 #: child is not started before RENS: RENS and the short search mostly end before it would be ready, and
 #: spawning it takes both this process's time and the core HiGHS would use (race still starts it once the
 #: short search has run _CHILD_DELAY_S without a proof). bench_portfolio_tuning.py, *small programs as large
-#: ones*, times both against the rules for large programs.
+#: ones*, times both against the rules for large programs (section *portfolio-tuning* at c888167: random(5
+#: layers, seed 6) at 37 0.100 s against 0.080 s, the other small instances within 10%).
 _SMALL_PROGRAM_INTEGER = 400
 _RENS_WHOLE_OPTIONS = {"mip_max_nodes": 1}
 
