@@ -229,22 +229,14 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
 
     if node_rounding:
         from ..formulation import canonical_schedule
-        from .lp_rounding import _Evaluator, rounding_candidates
+        from .lp_rounding import _Evaluator, cheapest_rounding
 
         evaluate = _Evaluator(graph)
 
     def round_point(x: np.ndarray) -> np.ndarray | None:
         """The cheapest rounding of ``x``'s keeps that fits (the threshold sweep and ``rounding_samples`` seeded
         draws, each with the optimal recomputation), encoded, if it beats the incumbent; else None."""
-        best, seen = None, set()
-        for _label, S in rounding_candidates(sf.fractional(x)[1], "both", rounding_samples, seed=run.nodes):
-            key = S.tobytes()
-            if key in seen:
-                continue
-            seen.add(key)
-            cost, peak = evaluate(S)
-            if peak <= budget and (best is None or cost < best[0] - 1e-9):
-                best = (cost, S)
+        best = cheapest_rounding(evaluate, sf.fractional(x)[1], budget, rounding_samples, seed=run.nodes)
         if best is None or best[0] - off >= run.incumbent - 1e-9:
             return None
         run.rounded += 1

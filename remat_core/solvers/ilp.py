@@ -330,18 +330,9 @@ def _rounded(graph: Graph, sf, x: np.ndarray, budget_bytes: int) -> tuple[Schedu
     sweep and 32 seeded samples, each with the optimal recomputation), simulated: ``(schedule, cost)`` or
     ``(None, None)``. No LP is solved: a few milliseconds, tried on the root rounds' point before RENS."""
     from ..formulation import canonical_schedule
-    from .lp_rounding import _Evaluator, rounding_candidates
+    from .lp_rounding import _Evaluator, cheapest_rounding
 
-    evaluate = _Evaluator(graph)
-    best, seen = None, set()
-    for _label, S in rounding_candidates(sf.fractional(x)[1], "both", 32, seed=0):
-        key = S.tobytes()
-        if key in seen:   # near-integral points give many equal draws
-            continue
-        seen.add(key)
-        cost, peak = evaluate(S)
-        if peak <= budget_bytes and (best is None or cost < best[0] - 1e-9):
-            best = (cost, S)
+    best = cheapest_rounding(_Evaluator(graph), sf.fractional(x)[1], budget_bytes, 32, seed=0)
     if best is None:
         return None, None
     schedule = Schedule(*canonical_schedule(graph, best[1]))

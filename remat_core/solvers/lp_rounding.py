@@ -123,6 +123,23 @@ def rounding_candidates(S_frac: np.ndarray, rounding: str = "both", n_samples: i
     return out
 
 
+def cheapest_rounding(evaluate: "_Evaluator", S_frac: np.ndarray, budget_bytes: float, n_samples: int,
+                      seed: int) -> tuple[float, np.ndarray] | None:
+    """``(cost, S)`` of the cheapest of :func:`rounding_candidates` (both kinds) whose optimal recomputation,
+    simulated by ``evaluate``, fits ``budget_bytes``; None if none fits. Each distinct rounding is evaluated
+    once (near-integral points give many equal draws)."""
+    best, seen = None, set()
+    for _label, S in rounding_candidates(S_frac, "both", n_samples, seed):
+        key = np.packbits(S).tobytes()
+        if key in seen:
+            continue
+        seen.add(key)
+        cost, peak = evaluate(S)
+        if peak <= budget_bytes and (best is None or cost < best[0] - 1e-9):
+            best = (cost, S)
+    return best
+
+
 def _keep_moves(S: np.ndarray, R: np.ndarray) -> list[tuple[int, np.ndarray]]:
     """Moves that avoid recomputing ``i`` in stage ``t`` by keeping it since the last stage it was present."""
     n = S.shape[0]
