@@ -5,6 +5,7 @@ and solver libraries are imported where used).
 """
 
 from .errors import (
+    BudgetInfeasibleError,
     GraphValidationError,
     InvalidScheduleError,
     RematError,
@@ -19,6 +20,7 @@ from .simulate import SimulationResult, checkpoint_all_peak_bytes, optimal_r_giv
 from .solvers import available_methods, register_method, solve
 from .batch import MaxBatchResult, batch_size_upper_bound, forward_pass_cost_cap, max_batch_size
 from .sweep import SweepResult, sweep
+from .units import format_bytes, parse_bytes, resolve_budget
 
 __version__ = "0.1.0"
 
@@ -30,5 +32,6 @@ __all__ = [
     "solve", "available_methods", "register_method",
     "max_batch_size", "MaxBatchResult", "batch_size_upper_bound", "forward_pass_cost_cap", "sweep", "SweepResult",
     "RematError", "GraphValidationError", "InvalidScheduleError", "InvalidPlanError",
-    "UnknownMethodError", "SolverError", "ScheduleVerificationError",
+    "UnknownMethodError", "SolverError", "ScheduleVerificationError", "BudgetInfeasibleError",
+    "parse_bytes", "format_bytes", "resolve_budget",
 ]

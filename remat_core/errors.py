@@ -14,6 +14,7 @@ __all__ = [
     "UnknownMethodError",
     "SolverError",
     "ScheduleVerificationError",
+    "BudgetInfeasibleError",
 ]
 
 
@@ -53,3 +54,31 @@ class SolverError(RematError, RuntimeError):
 
 class ScheduleVerificationError(RematError, AssertionError):
     """A method returned a schedule that the simulator rejects (a bug, never a warning)."""
+
+
+class BudgetInfeasibleError(RematError, ValueError):
+    """No plan fits the requested budget.
+
+    Raised by the adapters (the core's :func:`~remat_core.solve` reports an
+    impossible budget as a status instead). The message gives the smallest
+    feasible budget known, in bytes and as a fraction of activation memory,
+    and the node (module) that sets it.
+
+    Attributes
+    ----------
+    result : RematResult or None
+        The solver's result.
+    budget_bytes : int or None
+    min_budget_bytes : int or None
+        A budget below which no schedule exists.
+    culprit : str or None
+        The node (module path, for an adapter) that sets ``min_budget_bytes``.
+    """
+
+    def __init__(self, message: str, result=None, budget_bytes: int | None = None,
+                 min_budget_bytes: int | None = None, culprit: str | None = None):
+        super().__init__(message)
+        self.result = result
+        self.budget_bytes = budget_bytes
+        self.min_budget_bytes = min_budget_bytes
+        self.culprit = culprit

@@ -357,11 +357,14 @@ class Graph:
         """
         if self.n == 0:
             return self._fixed_bytes
+        return int(self._fixed_bytes + self.node_need_bytes().max())
+
+    def node_need_bytes(self) -> np.ndarray:
+        """Bytes each node needs resident while it runs: ``m_k + ws_k + sum_{i in deps(k)} m_i``."""
         counts = np.diff(self._dep_ptr)
         dep_sum = np.zeros(self.n, dtype=np.int64)
         np.add.at(dep_sum, np.repeat(np.arange(self.n), counts), self._memory_bytes[self._dep_idx])
-        need = self._memory_bytes + self._workspace_bytes + dep_sum
-        return int(self._fixed_bytes + need.max())
+        return self._memory_bytes + self._workspace_bytes + dep_sum
 
     def replace(self, **changes: Any) -> "Graph":
         """A new graph with some per-node arrays or graph fields replaced.

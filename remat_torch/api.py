@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from remat_core import RematResult, checkpoint_all_peak_bytes, make_plan, solve
-from remat_core.errors import RematError
+from remat_core.errors import BudgetInfeasibleError, RematError
 
 from .execute import Executor
 from .extract import ExtractedGraph, _as_tuple_inputs, extract_graph
@@ -16,14 +16,6 @@ from .extract import ExtractedGraph, _as_tuple_inputs, extract_graph
 __all__ = ["rematerialize", "RematModule", "train_step", "resolve_budget", "BudgetInfeasibleError"]
 
 log = logging.getLogger(__name__)
-
-
-class BudgetInfeasibleError(RematError, ValueError):
-    """No plan fits the requested budget (the solver's status and message are attached)."""
-
-    def __init__(self, message: str, result: RematResult | None = None):
-        super().__init__(message)
-        self.result = result
 
 
 def resolve_budget(graph, budget: Any) -> int:

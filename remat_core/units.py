@@ -1,0 +1,170 @@
+"""Byte sizes and budgets as users write them: one meaning everywhere.
+
+A budget is either
+
+* total device bytes, fixed bytes (parameters, gradients, inputs) included:
+  an ``int`` or a size string such as ``"8GiB"``, ``"800MB"``, ``"123456"``;
+* a fraction of *activation* memory: a ``float`` in ``[0, 1]`` (or a string
+  such as ``"0.5"`` or ``"0.5x"``). The budget is then
+  ``fixed_bytes + f * (checkpoint-all peak - fixed_bytes)``, the meaning of
+  PyTorch's ``activation_memory_budget``.
+
+The Python API, the adapters, the CLI and the demo all go through
+:func:`resolve_budget`; errors, reprs, plot titles and the CLI print sizes with
+:func:`format_bytes`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+from typing import Any
+
+__all__ = [
+    "parse_bytes", "format_bytes", "resolve_budget", "activation_bytes", "budget_fraction",
+    "min_budget_bytes",
+]
+
+# binary units first so that "GiB" is not read as "B" after "Gi"
+_UNITS = {
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40,
+    "b": 1, "": 1,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+_FRACTION_RE = re.compile(r"^\s*([0-9]*\.[0-9]+|[01])\s*x\s*$|^\s*([0-9]*\.[0-9]+)\s*$")
+# the largest size we accept: sums of a few of these still fit in int64
+_MAX_BYTES = 2**62
+
+
+def parse_bytes(value: Any, argument: str = "size") -> int:
+    """Bytes from an ``int`` or a size string (``"8GiB"``, ``"800MB"``, ``"1.5 GiB"``, ``"4096"``).
+
+    Binary units (KiB, MiB, GiB, TiB, and the short K, M, G, T) are powers of
+    1024; decimal units (KB, MB, GB, TB) powers of 1000; case is ignored.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming ``argument``: not a size, not finite, below 1 byte or above 2**62.
+
+    Examples
+    --------
+    >>> parse_bytes("8GiB"), parse_bytes("800MB"), parse_bytes(4096), parse_bytes("1.5 KiB")
+    (8589934592, 800000000, 4096, 1536)
+    """
+    if isinstance(value, bool):
+        raise TypeError(f"`{argument}` must be bytes (an int or a size such as '8GiB'); got {value!r}")
+    if isinstance(value, numbers.Integral):
+        n = int(value)
+    elif isinstance(value, str):
+        m = _SIZE_RE.match(value)
+        unit = m.group(2).lower() if m else None
+        if m is None or unit not in _UNITS:
+            raise ValueError(f"`{argument}` must be a size such as '8GiB', '800MB' or '4096'; got {value!r}")
+        x = float(m.group(1)) * _UNITS[unit]
+        if not math.isfinite(x) or x > _MAX_BYTES:
+            raise ValueError(f"`{argument}` must be at most 4 EiB; got {value!r}")
+        n = int(x)
+    else:
+        raise TypeError(f"`{argument}` must be bytes (an int or a size such as '8GiB'); got {value!r}")
+    if n < 1:
+        raise ValueError(f"`{argument}` must be at least 1 byte; got {value!r}")
+    if n > _MAX_BYTES:
+        raise ValueError(f"`{argument}` must be at most 4 EiB; got {value!r}")
+    return n
+
+
+def format_bytes(n: float | None, digits: int = 3) -> str:
+    """A byte count for people: ``"1.50 GiB"``, ``"12.0 MiB"``, ``"512 B"``; ``None`` is ``"-"``.
+
+    ``digits`` is the number of significant digits.
+
+    Examples
+    --------
+    >>> format_bytes(3 * 2**29), format_bytes(12 * 2**20), format_bytes(512), format_bytes(None)
+    ('1.50 GiB', '12.0 MiB', '512 B', '-')
+    """
+    if n is None:
+        return "-"
+    x = float(n)
+    for scale, unit in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if abs(x) >= scale:
+            v = x / scale
+            decimals = max(0, digits - 1 - int(math.floor(math.log10(abs(v)))))
+            return f"{v:.{decimals}f} {unit}"
+    return f"{int(round(x))} B"
+
+
+def activation_bytes(graph) -> int:
+    """Activation memory of ``graph``: checkpoint-all's peak minus the fixed bytes."""
+    from .simulate import checkpoint_all_peak_bytes
+
+    return int(checkpoint_all_peak_bytes(graph) - graph.fixed_bytes)
+
+
+def budget_fraction(graph, budget_bytes: int) -> float:
+    """``budget_bytes`` as a fraction of activation memory (the inverse of :func:`resolve_budget`)."""
+    act = activation_bytes(graph)
+    return (budget_bytes - graph.fixed_bytes) / act if act > 0 else float("inf")
+
+
+def _as_fraction(budget: Any) -> float | None:
+    """The activation fraction ``budget`` stands for, or ``None`` when it is a byte count."""
+    if isinstance(budget, bool):
+        return None
+    if isinstance(budget, numbers.Real) and not isinstance(budget, numbers.Integral):
+        return float(budget)
+    if isinstance(budget, str):
+        m = _FRACTION_RE.match(budget)
+        if m:
+            return float(m.group(1) or m.group(2))
+    return None
+
+
+def resolve_budget(graph, budget: Any, argument: str = "budget") -> int:
+    """Total device bytes for ``budget`` on ``graph`` (see the module docstring for the forms).
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming ``argument``: neither bytes nor a fraction, or a fraction
+        outside ``[0, 1]``.
+
+    Examples
+    --------
+    >>> from remat_core.zoo import linear_graph
+    >>> g = linear_graph(4)          # fixed 0 bytes, checkpoint-all peak 6 bytes
+    >>> resolve_budget(g, 1.0), resolve_budget(g, 0.5), resolve_budget(g, "0.5x"), resolve_budget(g, "1KiB")
+    (6, 3, 3, 1024)
+    """
+    f = _as_fraction(budget)
+    if f is None:
+        return parse_bytes(budget, argument)
+    if not (math.isfinite(f) and 0.0 <= f <= 1.0):
+        raise ValueError(
+            f"`{argument}` as a fraction of activation memory must be in [0, 1]; got {budget!r} "
+            "(give bytes as an int or a size such as '8GiB')")
+    return max(1, int(graph.fixed_bytes + f * activation_bytes(graph)))
+
+
+def min_budget_bytes(graph) -> tuple[int, str]:
+    """A budget below which no schedule exists, and the node that sets it.
+
+    Computing a node needs its inputs, its output and its workspace resident at
+    once, on top of the fixed bytes; the largest such need over the nodes is a
+    lower bound on every schedule's peak (not always attained).
+
+    Examples
+    --------
+    >>> from remat_core.zoo import linear_graph
+    >>> min_budget_bytes(linear_graph(4))
+    (3, 'g3')
+    """
+    if graph.n == 0:
+        return int(graph.fixed_bytes), ""
+    need = graph.node_need_bytes()
+    k = int(need.argmax())
+    return int(graph.fixed_bytes + need[k]), graph.node(k).name
