@@ -538,11 +538,18 @@ def infer_loss_index(graph: Graph) -> int:
     >>> infer_loss_index(g.replace(is_backward=[False] * g.n)) == g.meta["loss"]
     True
     """
-    from .schedule import Schedule
-
-    if graph.n < 2:
+    n = graph.n
+    if n < 2:
         return 0
-    kept = np.diff(Schedule.checkpoint_all(graph).csr[2])
+    # checkpoint-all keeps value i from stage i+1 through its last use: count per stage
+    _, _, user_ptr, user_idx = graph.csr
+    has_users = np.diff(user_ptr) > 0
+    last_use = np.arange(n)
+    last_use[has_users] = user_idx[user_ptr[1:][has_users] - 1]
+    change = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(change, np.arange(n) + 1, 1)
+    np.add.at(change, last_use + 1, -1)
+    kept = np.cumsum(change)[:n]
     return max(0, int(np.argmax(kept)) - 1)
 
 
