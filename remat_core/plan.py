@@ -22,7 +22,8 @@ import numpy as np
 
 from .errors import RematError
 from .graph import Graph
-from .schedule import Schedule
+from .schedule import RematResult, Schedule
+from .simulate import simulate
 
 __all__ = ["Compute", "Free", "ExecutionPlan", "ReplayResult", "InvalidPlanError", "make_plan", "replay"]
 
@@ -102,14 +103,15 @@ class ExecutionPlan:
         return f"<ExecutionPlan: {self.num_registers} computes, {frees} frees, hoisted={self.hoisted}>"
 
 
-def make_plan(graph: Graph, schedule: Schedule, hoist: bool = True) -> ExecutionPlan:
+def make_plan(graph: Graph, schedule: Schedule | RematResult, hoist: bool = True) -> ExecutionPlan:
     """Turn a schedule into an execution plan (Checkmate Algorithm 1).
 
     Parameters
     ----------
     graph : Graph
-    schedule : Schedule
-        A valid schedule for ``graph`` (checked by the simulator first).
+    schedule : Schedule or RematResult
+        A valid schedule for ``graph`` (checked by the simulator first), or a
+        solver's result, whose :attr:`~RematResult.schedule` is planned.
     hoist : bool
         Free each register right after its last read (default). ``False``
         frees exactly where the simulator does.
@@ -122,6 +124,8 @@ def make_plan(graph: Graph, schedule: Schedule, hoist: bool = True) -> Execution
     ------
     InvalidScheduleError
         If the schedule is invalid for ``graph``.
+    RematError
+        If ``schedule`` is a result without a schedule (the solve failed).
 
     Examples
     --------
@@ -132,8 +136,10 @@ def make_plan(graph: Graph, schedule: Schedule, hoist: bool = True) -> Execution
     >>> [type(s).__name__ for s in plan][:4]
     ['Compute', 'Compute', 'Compute', 'Free']
     """
-    from .simulate import simulate
-
+    if isinstance(schedule, RematResult):
+        if schedule.schedule is None:
+            raise RematError(f"no schedule to plan: status is {schedule.status.value} ({schedule.message})")
+        schedule = schedule.schedule
     simulate(graph, schedule, timeline=False)  # validates; raises InvalidScheduleError
     n = graph.n
     deps = graph.deps

@@ -24,7 +24,6 @@ from .errors import InvalidScheduleError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .graph import Graph
-    from .plan import ExecutionPlan
 
 __all__ = ["Schedule", "SolveStatus", "RematResult"]
 
@@ -81,8 +80,8 @@ class Schedule:
         If a matrix is not square and binary, the two differ in size, or the
         frontier-advancing structure is broken (``R[t, t] = 0``, ``R[t, i] = 1``
         for ``i > t``, ``S[t, i] = 1`` for ``i >= t``); the message names the
-        stage and node. Dependency constraints need the graph: see
-        :meth:`validate`.
+        stage and node. Dependency constraints need the graph:
+        :func:`remat_core.simulate` checks them.
 
     Examples
     --------
@@ -198,21 +197,6 @@ class Schedule:
     def _check_graph(self, graph: "Graph") -> None:
         if graph.n != self._n:
             raise InvalidScheduleError(f"schedule has {self._n} stages but the graph has {graph.n} nodes")
-
-    def validate(self, graph: "Graph") -> None:
-        """Check the dependency constraints against ``graph``.
-
-        ``R[t, k] <= R[t, i] + S[t, i]`` for every edge ``i -> k`` and
-        ``S[t, i] <= R[t-1, i] + S[t-1, i]``.
-
-        Raises
-        ------
-        InvalidScheduleError
-            Naming the first violating stage and node.
-        """
-        from .simulate import simulate
-
-        simulate(graph, self, timeline=False)
 
     # ---------------------------------------------------------- conversions
     @classmethod
@@ -338,15 +322,6 @@ class RematResult:
         if self.objective == 0:
             return 0.0
         return max(0.0, (self.objective - self.lower_bound) / self.objective)
-
-    def plan(self, graph: "Graph", hoist: bool = True) -> "ExecutionPlan":
-        """The execution plan of :attr:`schedule` (see :func:`remat_core.plan.make_plan`)."""
-        from .errors import RematError
-        from .plan import make_plan
-
-        if self.schedule is None:
-            raise RematError(f"no schedule to plan: status is {self.status.value} ({self.message})")
-        return make_plan(graph, self.schedule, hoist=hoist)
 
     def to_dict(self, include_schedule: bool = False) -> dict[str, Any]:
         """JSON-ready summary (the schedule only when asked for)."""

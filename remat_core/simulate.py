@@ -14,7 +14,7 @@ import numpy as np
 from . import kernels
 from .errors import InvalidScheduleError
 from .graph import Graph
-from .schedule import Schedule
+from .schedule import Schedule, _to_csr
 
 __all__ = ["SimulationResult", "simulate", "optimal_r_given_s", "checkpoint_all_peak_bytes"]
 
@@ -163,8 +163,6 @@ def optimal_r_given_s(graph: Graph, S: Any, kernel: str | None = None) -> Schedu
     if isinstance(S, Schedule):
         n, S_ptr, S_idx = S.n, S.csr[2], S.csr[3]
     else:
-        from .schedule import _to_csr
-
         n, S_ptr, S_idx = _to_csr(S, "S")
     if n != graph.n:
         raise InvalidScheduleError(f"`S` is {n}x{n} but the graph has {graph.n} nodes")

@@ -33,7 +33,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from .graph import Graph
-from .solvers import get_method, validate_budget
+from .simulate import checkpoint_all_peak_bytes
+from .solvers import get_method, solve, validate_budget
 
 __all__ = ["sweep", "SweepResult", "load_sweep", "budget_grid", "graph_key"]
 
@@ -71,8 +72,6 @@ def budget_grid(graph: Graph, num: int = 10, low: int | None = None, high: int |
     >>> budget_grid(linear_graph(4), num=3)
     [3, 4, 6]
     """
-    from .simulate import checkpoint_all_peak_bytes
-
     if isinstance(num, bool) or not isinstance(num, (int, np.integer)) or num < 1:
         raise ValueError(f"`num` must be an integer >= 1; got {num!r}")
     lo = graph.min_budget_lower_bound_bytes() if low is None else validate_budget(low)
@@ -94,8 +93,6 @@ def _row_key(gkey: str, budget: int, method: str, options: Mapping[str, Any]) ->
 
 def _solve_task(graph: Graph, gkey: str, budget: int, method: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """Solve one (graph, budget, method) and return its row; runs in a worker. Never raises."""
-    from . import solve
-
     t0 = time.perf_counter()
     row: dict[str, Any] = {"graph": gkey, "budget_bytes": int(budget), "method": method,
                            "options": json.loads(_options_key(options)), "base_cost": float(graph.cost.sum())}

@@ -66,7 +66,7 @@ class Executor:
     ----------
     extracted : ExtractedGraph
     plan : remat_core.ExecutionPlan
-        A plan for ``extracted.graph`` (from ``make_plan`` or ``RematResult.plan``).
+        A plan for ``extracted.graph`` (from :func:`remat_core.make_plan`).
     measure : bool
         Also run every node op by op and measure its temporaries (slower; for
         checking memory against the simulator).

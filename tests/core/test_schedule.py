@@ -74,14 +74,14 @@ def test_checkpoint_all_keeps_each_value_until_its_last_use():
     for i in range(g.n):
         last = max(g.users[i], default=i)
         assert S[i + 1:last + 1, i].all() and not S[last + 1:, i].any()
-    s.validate(g)
+    simulate(g, s, timeline=False)
 
 
 def test_validate_and_cost_check_graph_size():
     g = linear_graph(2)
     s = Schedule(*eye_tril(4))
     with pytest.raises(InvalidScheduleError, match="4 stages but the graph has 5"):
-        s.validate(g)
+        simulate(g, s, timeline=False)
     with pytest.raises(InvalidScheduleError, match="4 stages"):
         s.cost(g)
     assert Schedule.checkpoint_all(g).cost(g) == 5.0

@@ -15,7 +15,7 @@ def test_checkpoint_all_fits_and_is_optimal():
     assert res.objective == 9.0 and res.lower_bound == 9.0 and res.gap == 0.0
     assert res.peak_memory_bytes == 6 and res.budget_bytes == 6 and res.method == "checkpoint-all"
     assert res.solve_time_s >= 0 and res.stats["recomputations"] == 0
-    assert res.plan(g).num_registers == g.n
+    assert remat_core.make_plan(g, res).num_registers == g.n
     d = res.to_dict(include_schedule=True)
     assert d["status"] == "optimal" and Schedule.from_dict(d["schedule"]) == res.schedule
 
@@ -28,7 +28,7 @@ def test_infeasible_budget_is_a_status_with_budgets():
     assert res.stats["method_min_budget_bytes"] == 6
     assert res.stats["min_budget_lower_bound_bytes"] == g.min_budget_lower_bound_bytes() == 3
     with pytest.raises(remat_core.RematError, match="no schedule to plan"):
-        res.plan(g)
+        remat_core.make_plan(g, res)
 
 
 @pytest.mark.parametrize("budget", [-3, 0, 1.5, "10", None, True, float("nan")])
