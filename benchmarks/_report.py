@@ -3,6 +3,9 @@
 Each script owns one section of ``benchmarks/README.md`` delimited by
 ``<!-- BEGIN name -->`` / ``<!-- END name -->`` and rewrites only that section,
 so scripts can run in any order. Raw results go to ``benchmarks/results/``.
+The MILP-tuning experiments in ``benchmarks/experiments/`` write to that
+folder's ``README.md`` and ``results/`` instead (``EXPERIMENTS_README``,
+``EXPERIMENTS_RESULTS``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from typing import Any, Sequence
 HERE = os.path.dirname(os.path.abspath(__file__))
 README = os.path.join(HERE, "README.md")
 RESULTS = os.path.join(HERE, "results")
+EXPERIMENTS_README = os.path.join(HERE, "experiments", "README.md")
+EXPERIMENTS_RESULTS = os.path.join(HERE, "experiments", "results")
 
 
 def _commit() -> str:
@@ -26,7 +31,9 @@ def _commit() -> str:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               cwd=HERE, check=False).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
-                                ":(top)", ":(top,exclude)benchmarks/README.md", ":(top,exclude)benchmarks/results"],
+                                ":(top)", ":(top,exclude)benchmarks/README.md", ":(top,exclude)benchmarks/results",
+                                ":(top,exclude)benchmarks/experiments/README.md",
+                                ":(top,exclude)benchmarks/experiments/results"],
                                capture_output=True, text=True, cwd=HERE, check=False).stdout.strip()
     except OSError:
         return ""
@@ -111,23 +118,23 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(out)
 
 
-def write_section(name: str, markdown: str) -> None:
-    """Replace (or append) the README section called ``name``."""
+def write_section(name: str, markdown: str, readme: str = README) -> None:
+    """Replace (or append) the section called ``name`` of ``readme`` (``benchmarks/README.md``)."""
     begin, end = f"<!-- BEGIN {name} -->", f"<!-- END {name} -->"
-    text = open(README).read() if os.path.exists(README) else "# Benchmarks\n"
+    text = open(readme).read() if os.path.exists(readme) else "# Benchmarks\n"
     block = f"{begin}\n{markdown.rstrip()}\n{end}"
     pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
     text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
-    tmp = README + ".tmp"
+    tmp = readme + ".tmp"
     with open(tmp, "w") as f:
         f.write(text)
-    os.replace(tmp, README)
+    os.replace(tmp, readme)
 
 
-def save_json(name: str, data: Any) -> str:
-    """Write raw results to ``benchmarks/results/<name>.json``; returns the path."""
-    os.makedirs(RESULTS, exist_ok=True)
-    path = os.path.join(RESULTS, f"{name}.json")
+def save_json(name: str, data: Any, folder: str = RESULTS) -> str:
+    """Write raw results to ``<folder>/<name>.json`` (``benchmarks/results/``); returns the path."""
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{name}.json")
     with open(path, "w") as f:
         json.dump(data, f, indent=1, default=str)
     return path
@@ -174,8 +181,9 @@ def limit_arguments(doc: str, quick_help: str, limit_default: float, limit_help:
     return ap.parse_args()
 
 
-def rewrite_section_from_results(results_name: str, section: str, render: Any) -> None:
-    """Rewrite README section ``section`` from ``results/<results_name>.json`` (``{"meta", "rows"}``)."""
-    with open(os.path.join(RESULTS, f"{results_name}.json")) as f:
+def rewrite_section_from_results(results_name: str, section: str, render: Any, folder: str = RESULTS,
+                                 readme: str = README) -> None:
+    """Rewrite section ``section`` of ``readme`` from ``<folder>/<results_name>.json`` (``{"meta", "rows"}``)."""
+    with open(os.path.join(folder, f"{results_name}.json")) as f:
         data = json.load(f)
-    write_section(section, render(data["rows"], data["meta"]))
+    write_section(section, render(data["rows"], data["meta"]), readme)

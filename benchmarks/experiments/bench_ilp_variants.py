@@ -9,12 +9,12 @@ optimization), and the CBC backend. The path inequalities have since been
 shipped (``ilp``'s ``cuts=True``); this script now adds them with ``ilp``'s own
 rounds (the recorded tables used a slower Python loop that found the same
 rows, so their separation seconds are higher than a re-run's); the others are not shipped, and the section in
-``benchmarks/README.md`` records why. The first row is the strong formulation
+``benchmarks/experiments/README.md`` records why. The first row is the strong formulation
 without path inequalities.
 
-    python benchmarks/bench_ilp_variants.py             # linear(8) at 4, random(10) at 60, linear(16) at 6; 300 s per solve
-    python benchmarks/bench_ilp_variants.py --quick     # linear(8) only
-    python benchmarks/bench_ilp_variants.py --instances "random(5,random(16" --variants shipped,path \
+    python benchmarks/experiments/bench_ilp_variants.py             # linear(8) at 4, random(10) at 60, linear(16) at 6; 300 s per solve
+    python benchmarks/experiments/bench_ilp_variants.py --quick     # linear(8) only
+    python benchmarks/experiments/bench_ilp_variants.py --instances "random(5,random(16" --variants shipped,path \
         --section ilp-variants-path                     # the path inequalities on the other random DAGs
 """
 
@@ -29,10 +29,11 @@ import numpy as np
 import scipy.sparse as sp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository
+sys.path.insert(0, os.path.dirname(HERE))  # benchmarks/: _report, and the instances of bench_ilp*.py
 
-from _report import command_line, machine_line, save_json, table, write_section  # noqa: E402
+from _report import (EXPERIMENTS_README, EXPERIMENTS_RESULTS, command_line, machine_line, save_json, table,  # noqa: E402
+                     write_section)
 from bench_ilp import INSTANCES as ALL_INSTANCES  # noqa: E402
 
 from remat_core import solve  # noqa: E402
@@ -134,7 +135,7 @@ def main() -> None:
             raw.append(dict(instance=label, budget=budget, variant=name, backend=backend, status=status, time_s=dt,
                             nodes=out.stats.get("nodes"), objective=obj, bound=bound, proved=proved))
             print(label, name, status, round(dt, 1), out.stats.get("nodes"), flush=True)
-    save_json(args.section.replace("-", "_"), raw)
+    save_json(args.section.replace("-", "_"), raw, folder=EXPERIMENTS_RESULTS)
     md = [
         "## ilp: variants of the strong MILP that were tried and not shipped (issue 3)",
         "",
@@ -149,7 +150,7 @@ def main() -> None:
         "",
         table(["instance", "budget", "variant", "status", "s", "B&B nodes", "bound", "proved", "vs first row"], rows),
     ]
-    write_section(args.section, "\n".join(md))
+    write_section(args.section, "\n".join(md), readme=EXPERIMENTS_README)
 
 
 if __name__ == "__main__":

@@ -10,10 +10,10 @@ schedule that the rounded bound proves optimal (then no search runs). Seconds ar
 (LP solves and separation). The last column is lp-rounding as ``ilp`` would run it
 after them (without its local search): ``ilp`` runs it only when neither found a
 schedule, and the count under the table says why. The optima come from the saved runs of the two
-other scripts (``results/ilp.json``, ``results/ilp_random.json``), else from
+other scripts (``benchmarks/results/ilp.json``, ``benchmarks/results/ilp_random.json``), else from
 ``ilp`` with a 120 s limit.
 
-    python benchmarks/bench_root_bounds.py
+    python benchmarks/experiments/bench_root_bounds.py
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ import numpy as np
 import scipy.sparse as sp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository
+sys.path.insert(0, os.path.dirname(HERE))  # benchmarks/: _report, and the instances of bench_ilp*.py
 
-from _report import RESULTS, command_line, machine_line, save_json, table, write_section  # noqa: E402
+from _report import (EXPERIMENTS_README, EXPERIMENTS_RESULTS, RESULTS, command_line, machine_line, save_json,  # noqa: E402
+                     table, write_section)
 
 from bench_ilp import INSTANCES  # noqa: E402
 from bench_ilp_random import instances as random_instances  # noqa: E402
@@ -128,7 +129,7 @@ def main() -> None:
                      "-" if lpr_cost is None else f"{lpr_cost:g} ({lpr_s:.2f} s)"])
         print(rows[-1], flush=True)
     meta = {"command": command_line(), "machine": machine_line()}
-    save_json("root_bounds", {"meta": meta, "rows": raw})
+    save_json("root_bounds", {"meta": meta, "rows": raw}, folder=EXPERIMENTS_RESULTS)
     n_proved = sum(r["proved_at_root"] for r in raw)
     n_rounded = sum(r["proved_by"] == "rounded point" for r in raw)
     write_section("ilp-root-bounds", "\n".join([
@@ -153,7 +154,7 @@ def main() -> None:
         f"rounded point. lp-rounding cheaper than both the rounded point and RENS: "
         f"{sum(r['lp_rounding_better'] for r in raw)} of {len(raw)} (so `ilp` runs it only when neither "
         f"finds a schedule).",
-    ]))
+    ]), readme=EXPERIMENTS_README)
 
 
 if __name__ == "__main__":

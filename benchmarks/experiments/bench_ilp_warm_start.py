@@ -9,8 +9,8 @@ times: without a warm start, and from lp-rounding's schedule with 0, 2000 and
 50000 local-search evaluations. ``ilp`` uses 2000 on graphs of up to 120 nodes
 (``_WARM_START_POLISH_EVALS`` in ``remat_core/solvers/ilp.py``).
 
-    python benchmarks/bench_ilp_warm_start.py            # the six bench_ilp instances, 600 s per solve
-    python benchmarks/bench_ilp_warm_start.py --quick    # the two smallest; prints, leaves the README alone
+    python benchmarks/experiments/bench_ilp_warm_start.py            # the six bench_ilp instances, 600 s per solve
+    python benchmarks/experiments/bench_ilp_warm_start.py --quick    # the two smallest; prints, leaves the README alone
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository
+sys.path.insert(0, os.path.dirname(HERE))  # benchmarks/: _report, and the instances of bench_ilp*.py
 
-from _report import (command_line, limit_arguments, machine_line, rewrite_section_from_results,  # noqa: E402
-                     save_json, table, write_section)
+from _report import (EXPERIMENTS_README, EXPERIMENTS_RESULTS, command_line, limit_arguments, machine_line,  # noqa: E402
+                     rewrite_section_from_results, save_json, table, write_section)
 from bench_ilp import INSTANCES, QUICK  # noqa: E402
 
 from remat_core import simulate, solve  # noqa: E402
@@ -69,7 +69,8 @@ def render(raw: list[dict], meta: dict) -> str:
 def main() -> None:
     args = limit_arguments(__doc__, "the two smallest instances", 600.0, "time limit per MILP solve (s)")
     if args.report_only:
-        rewrite_section_from_results("ilp_warm_start", "ilp-warm-start", render)
+        rewrite_section_from_results("ilp_warm_start", "ilp-warm-start", render,
+                                     folder=EXPERIMENTS_RESULTS, readme=EXPERIMENTS_README)
         return
     chosen = [i for i in INSTANCES if i[0] in QUICK] if args.quick else INSTANCES
     solve(INSTANCES[0][1](), 100, method="lp-rounding")   # compile the kernels before timing
@@ -101,11 +102,11 @@ def main() -> None:
             print(label, name, ws_cost, f"{ws_s:.2f}s", out.status.value, obj, f"{dt:.1f}s", flush=True)
     meta = {"limit": args.limit, "command": command_line(), "machine": machine_line()}
     if args.quick:   # a smoke run: the recorded results and the README section stay the full run's
-        save_json("ilp_warm_start_quick", {"meta": meta, "rows": raw})
+        save_json("ilp_warm_start_quick", {"meta": meta, "rows": raw}, folder=EXPERIMENTS_RESULTS)
         print(render(raw, meta))
         return
-    save_json("ilp_warm_start", {"meta": meta, "rows": raw})
-    write_section("ilp-warm-start", render(raw, meta))
+    save_json("ilp_warm_start", {"meta": meta, "rows": raw}, folder=EXPERIMENTS_RESULTS)
+    write_section("ilp-warm-start", render(raw, meta), readme=EXPERIMENTS_README)
 
 
 if __name__ == "__main__":

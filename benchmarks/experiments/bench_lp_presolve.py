@@ -12,7 +12,7 @@ Instances: the six of ``bench_ilp.py``, the fifteen of ``bench_ilp_random.py``,
 and larger random graphs (24, 32 and 50 layers, seed 1) at the same budget
 rule; ``--quick`` takes the first three only.
 
-    python benchmarks/bench_lp_presolve.py
+    python benchmarks/experiments/bench_lp_presolve.py
 """
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository
+sys.path.insert(0, os.path.dirname(HERE))  # benchmarks/: _report, and the instances of bench_ilp*.py
 
-from _report import command_line, machine_line, quick_arguments, save_json, table, write_section  # noqa: E402
+from _report import (EXPERIMENTS_README, EXPERIMENTS_RESULTS, command_line, machine_line, quick_arguments,  # noqa: E402
+                     save_json, table, write_section)
 
 from bench_ilp import INSTANCES  # noqa: E402
 from bench_ilp_random import FRACTION  # noqa: E402
@@ -129,7 +130,7 @@ def main() -> None:
     if args.quick:
         return
     meta = {"command": command_line(), "machine": machine_line()}
-    save_json("lp_presolve", {"meta": meta, "rows": raw, "short_search": quick_rows})
+    save_json("lp_presolve", {"meta": meta, "rows": raw, "short_search": quick_rows}, folder=EXPERIMENTS_RESULTS)
     ratios = [r["on_s"] / r["off_s"] for r in raw]
     both = [r for r in quick_rows if r["on"]["status"] == r["off"]["status"] == "optimal"]
     rows = [[r["instance"], r["nodes"], r["columns"], r["rows"], f"{r['build_s'] * 1e3:.1f}", f"{r['objective']:.2f}",
@@ -166,7 +167,7 @@ def main() -> None:
         "",
         f"Both proved the optimum on {len(both)} instances; presolve off was faster on "
         f"{sum(r['on']['time_s'] > r['off']['time_s'] for r in both)} of them.",
-    ]))
+    ]), readme=EXPERIMENTS_README)
 
 
 if __name__ == "__main__":

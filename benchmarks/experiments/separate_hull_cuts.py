@@ -10,9 +10,9 @@ integer schedules, whose pricing problem is the MILP itself with the cut's
 coefficients as objective. Exact but far too slow to ship; it shows what kind
 of inequality the relaxation is missing.
 
-    python benchmarks/separate_hull_cuts.py                      # linear_graph(6) at 4, up to 12 rounds
-    python benchmarks/separate_hull_cuts.py --layers 7 --budget 4
-    python benchmarks/separate_hull_cuts.py --layers 8 --budget 4 --after-path-inequalities   # what they leave
+    python benchmarks/experiments/separate_hull_cuts.py                      # linear_graph(6) at 4, up to 12 rounds
+    python benchmarks/experiments/separate_hull_cuts.py --layers 7 --budget 4
+    python benchmarks/experiments/separate_hull_cuts.py --layers 8 --budget 4 --after-path-inequalities   # what they leave
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ import scipy.sparse as sp
 from scipy.optimize import linprog
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository
+sys.path.insert(0, os.path.dirname(HERE))  # benchmarks/: _report, and the instances of bench_ilp*.py
 
-from _report import command_line, machine_line, save_json, table, write_section  # noqa: E402
+from _report import (EXPERIMENTS_README, EXPERIMENTS_RESULTS, command_line, machine_line, save_json, table,  # noqa: E402
+                     write_section)
 
 from remat_core import solve  # noqa: E402
 from remat_core.formulation import build_milp  # noqa: E402
@@ -115,7 +116,7 @@ def main() -> None:
         A = sp.vstack([A, sp.csr_array(row.reshape(1, -1))]).tocsr()
         lo, hi = np.append(lo, -np.inf), np.append(hi, pi0 / scale)
     elapsed = time.perf_counter() - t0
-    save_json(section.replace("-", "_"), {"layers": args.layers, "budget": args.budget, "optimum": optimum, "rounds": raw})
+    save_json(section.replace("-", "_"), {"layers": args.layers, "budget": args.budget, "optimum": optimum, "rounds": raw}, folder=EXPERIMENTS_RESULTS)
     md = [
         "## ilp: inequalities that close the strong LP's gap on a small chain (issue 3)",
         "",
@@ -131,7 +132,7 @@ def main() -> None:
         table(["round", "LP bound", "most violated valid inequality (normalized)", "violation", "schedules so far"],
               rows),
     ]
-    write_section(section, "\n".join(md))
+    write_section(section, "\n".join(md), readme=EXPERIMENTS_README)
 
 
 if __name__ == "__main__":

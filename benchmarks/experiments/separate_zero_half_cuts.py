@@ -15,8 +15,8 @@ in the memory that the compute instant of ``t`` leaves (every schedule meets it;
 the strong LP implies it, HiGHS sees it only through continuous columns).
 A prototype for a question, not shipped: see ``docs/formulation.rst``.
 
-    python benchmarks/separate_zero_half_cuts.py                    # linear(8) at 4, 10 rounds
-    python benchmarks/separate_zero_half_cuts.py --knapsack-rows
+    python benchmarks/experiments/separate_zero_half_cuts.py                    # linear(8) at 4, 10 rounds
+    python benchmarks/experiments/separate_zero_half_cuts.py --knapsack-rows
 """
 
 from __future__ import annotations
@@ -30,10 +30,11 @@ import numpy as np
 import scipy.sparse as sp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository
+sys.path.insert(0, os.path.dirname(HERE))  # benchmarks/: _report, and the instances of bench_ilp*.py
 
-from _report import command_line, machine_line, save_json, table, write_section  # noqa: E402
+from _report import (EXPERIMENTS_README, EXPERIMENTS_RESULTS, command_line, machine_line, save_json, table,  # noqa: E402
+                     write_section)
 
 from remat_core import solve  # noqa: E402
 from remat_core.formulation import build_milp  # noqa: E402
@@ -169,7 +170,7 @@ def main() -> None:
         sf = with_rows(sf, sp.csr_array(coef.reshape(1, -1)), [-np.inf], [b], "zero_half")
     section = "ilp-zero-half" + ("-knapsack" if args.knapsack_rows else "")
     save_json(section.replace("-", "_"), {"layers": args.layers, "budget": args.budget, "optimum": optimum,
-                                          "knapsack_rows": args.knapsack_rows, "rounds": raw})
+                                          "knapsack_rows": args.knapsack_rows, "rounds": raw}, folder=EXPERIMENTS_RESULTS)
     md = [
         "## ilp: {0,1/2}-cuts after the path inequalities, on a small chain (issue 3)",
         "",
@@ -182,7 +183,7 @@ def main() -> None:
         "",
         table(["round", "LP bound", "cut", "violation", "separation s"], rows_md),
     ]
-    write_section(section, "\n".join(md))
+    write_section(section, "\n".join(md), readme=EXPERIMENTS_README)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,9 @@ in this process, the order alternating between instances. Both include the same 
 root separation rounds; when the LP bound proves the warm start, neither
 searches (*no search*). Paper-formulation times are in ``bench_ilp.py``.
 
-    python benchmarks/bench_ilp_search.py            # all instances, 300 s limit per solve
-    python benchmarks/bench_ilp_search.py --quick    # three small ones; prints, leaves the README alone
-    python benchmarks/bench_ilp_search.py --report-only
+    python benchmarks/experiments/bench_ilp_search.py            # all instances, 300 s limit per solve
+    python benchmarks/experiments/bench_ilp_search.py --quick    # three small ones; prints, leaves the README alone
+    python benchmarks/experiments/bench_ilp_search.py --report-only
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository
+sys.path.insert(0, os.path.dirname(HERE))  # benchmarks/: _report, and the instances of bench_ilp*.py
 
-from _report import (command_line, limit_arguments, machine_line, rewrite_section_from_results,  # noqa: E402
-                     save_json, table, write_section)
+from _report import (EXPERIMENTS_README, EXPERIMENTS_RESULTS, command_line, limit_arguments, machine_line,  # noqa: E402
+                     rewrite_section_from_results, save_json, table, write_section)
 
 from remat_core import checkpoint_all_peak_bytes, solve  # noqa: E402
 from remat_core.zoo import linear_graph, random_training_graph  # noqa: E402
@@ -129,7 +129,8 @@ def main() -> None:
     args = limit_arguments(__doc__, f"the first {QUICK} instances; the README stays", 300.0,
                            "time limit per solve (s)")
     if args.report_only:
-        rewrite_section_from_results("ilp_search", "ilp-search", render)
+        rewrite_section_from_results("ilp_search", "ilp-search", render,
+                                     folder=EXPERIMENTS_RESULTS, readme=EXPERIMENTS_README)
         return
     solve(linear_graph(6), 4, method="ilp")   # compile the kernels before timing
     meta = {"limit": args.limit, "command": command_line(), "machine": machine_line()}
@@ -147,10 +148,10 @@ def main() -> None:
         print(label, budget, {s: (r["status"], round(r["time_s"], 1), r["nodes"]) for s, r in out.items()},
               flush=True)
         if not args.quick:   # after every instance, so that an interrupted run leaves what it measured
-            save_json("ilp_search", {"meta": meta, "rows": raw})
-            write_section("ilp-search", render(raw, meta))
+            save_json("ilp_search", {"meta": meta, "rows": raw}, folder=EXPERIMENTS_RESULTS)
+            write_section("ilp-search", render(raw, meta), readme=EXPERIMENTS_README)
     if args.quick:
-        save_json("ilp_search_quick", {"meta": meta, "rows": raw})
+        save_json("ilp_search_quick", {"meta": meta, "rows": raw}, folder=EXPERIMENTS_RESULTS)
         print(render(raw, meta))
 
 

@@ -48,8 +48,8 @@ variants of an instance in interleaved rounds (``_report.interleaved``) so
 that the machine's drift over those minutes does not fall on the variants run
 last; where the short search proved it, its nodes are shown.
 
-    python benchmarks/bench_portfolio_tuning.py           # twelve instances, about 30 minutes
-    python benchmarks/bench_portfolio_tuning.py --quick   # the two smallest, printed only
+    python benchmarks/experiments/bench_portfolio_tuning.py           # twelve instances, about 30 minutes
+    python benchmarks/experiments/bench_portfolio_tuning.py --quick   # the two smallest, printed only
 """
 
 from __future__ import annotations
@@ -62,10 +62,11 @@ import time
 from contextlib import contextmanager
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository
+sys.path.insert(0, os.path.dirname(HERE))  # benchmarks/: _report, and the instances of bench_ilp*.py
 
-from _report import command_line, interleaved, machine_line, save_json, table, write_section  # noqa: E402
+from _report import (EXPERIMENTS_README, EXPERIMENTS_RESULTS, command_line, interleaved, machine_line,  # noqa: E402
+                     save_json, table, write_section)
 
 from remat_core import solve  # noqa: E402
 from remat_core.solvers import ilp, portfolio  # noqa: E402
@@ -172,7 +173,7 @@ def main() -> None:
     if args.quick:   # a smoke run: the recorded results and README section stay as they are
         return
     meta = {"command": command_line(), "machine": machine_line()}
-    save_json("portfolio_tuning", {"meta": meta, "rows": raw})
+    save_json("portfolio_tuning", {"meta": meta, "rows": raw}, folder=EXPERIMENTS_RESULTS)
     write_section("portfolio-tuning", "\n".join([
         "## ilp: the portfolio's tuning, each change undone (issue 3)",
         "",
@@ -197,7 +198,7 @@ def main() -> None:
         "inequalities too (as up to commit b712166).",
         "",
         table(["instance", "budget", "optimum"] + list(VARIANTS), rows),
-    ]))
+    ]), readme=EXPERIMENTS_README)
 
 
 if __name__ == "__main__":

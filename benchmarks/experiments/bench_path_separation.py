@@ -20,8 +20,8 @@ section *lp-presolve*), at the strong program's root LP point:
   kernel and with the native one, alternating, ``RUNS`` runs each: median
   seconds, status and nodes.
 
-    python benchmarks/bench_path_separation.py           # 21 instances, about 2 minutes
-    python benchmarks/bench_path_separation.py --quick   # three instances, printed only
+    python benchmarks/experiments/bench_path_separation.py           # 21 instances, about 2 minutes
+    python benchmarks/experiments/bench_path_separation.py --quick   # three instances, printed only
 """
 
 from __future__ import annotations
@@ -33,10 +33,11 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository
+sys.path.insert(0, os.path.dirname(HERE))  # benchmarks/: _report, and the instances of bench_ilp*.py
 
-from _report import command_line, machine_line, quick_arguments, save_json, table, write_section  # noqa: E402
+from _report import (EXPERIMENTS_README, EXPERIMENTS_RESULTS, command_line, machine_line, quick_arguments,  # noqa: E402
+                     save_json, table, write_section)
 from bench_lp_presolve import cases  # noqa: E402
 
 from remat_core import kernels  # noqa: E402
@@ -124,7 +125,7 @@ def main() -> None:
     if args.quick:
         return
     meta = {"command": command_line(), "machine": machine_line()}
-    save_json("path_separation", {"meta": meta, "rows": raw})
+    save_json("path_separation", {"meta": meta, "rows": raw}, folder=EXPERIMENTS_RESULTS)
 
     def search_cell(q, k):
         return f"{q[k]['time_s'] * 1e3:.1f} ({q[k]['status']}, {q[k]['nodes']} nodes)" if q else "-"
@@ -158,7 +159,7 @@ def main() -> None:
         f"{sum(q['reference']['time_s'] > q['native']['time_s'] for q in both)} of them, by "
         + (f"{min(q['reference']['time_s'] / q['native']['time_s'] for q in both):.2f}x to "
            f"{max(q['reference']['time_s'] / q['native']['time_s'] for q in both):.2f}x." if both else "-."),
-    ]))
+    ]), readme=EXPERIMENTS_README)
 
 
 if __name__ == "__main__":

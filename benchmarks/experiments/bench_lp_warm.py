@@ -8,9 +8,9 @@ lp-rounding did before), and through one
 each LP after the first starts from the last optimal basis (what it does now).
 Both must give the same optimum.
 
-    python benchmarks/bench_lp_warm.py                       # random(16 layers), U-Net_6, ResNet-32_56
-    python benchmarks/bench_lp_warm.py --max-allowance 0.1   # fewer LPs (ResNet-32_56's take minutes)
-    python benchmarks/bench_lp_warm.py --quick    # random(16 layers) only
+    python benchmarks/experiments/bench_lp_warm.py                       # random(16 layers), U-Net_6, ResNet-32_56
+    python benchmarks/experiments/bench_lp_warm.py --max-allowance 0.1   # fewer LPs (ResNet-32_56's take minutes)
+    python benchmarks/experiments/bench_lp_warm.py --quick    # random(16 layers) only
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository
+sys.path.insert(0, os.path.dirname(HERE))  # benchmarks/: _report, and the instances of bench_ilp*.py
 
-from _report import command_line, dtr_graph_path, machine_line, save_json, table, write_section  # noqa: E402
+from _report import (EXPERIMENTS_README, EXPERIMENTS_RESULTS, command_line, dtr_graph_path, machine_line,  # noqa: E402
+                     save_json, table, write_section)
 
 from remat_core import checkpoint_all_peak_bytes, load_dtr_dag  # noqa: E402
 from remat_core.formulation import build_milp  # noqa: E402
@@ -81,7 +82,7 @@ def main() -> None:
             print(rows[-1], flush=True)
         rows.append([f"**{label}: all**", "", "", "", f"{cold_total:.1f}", f"{warm_total:.1f}", "",
                      f"{cold_total / max(warm_total, 1e-9):.1f}x"])
-    save_json("lp_warm", raw)
+    save_json("lp_warm", raw, folder=EXPERIMENTS_RESULTS)
     md = [
         "## lp-rounding: allowance LPs from scratch vs from the last basis (issue 3)",
         "",
@@ -97,7 +98,7 @@ def main() -> None:
         table(["graph", "nodes", "allowance", "LP optimum", "from scratch s", "sequence s", "sequence solve",
                "faster by"], rows),
     ]
-    write_section("lp-warm", "\n".join(md))
+    write_section("lp-warm", "\n".join(md), readme=EXPERIMENTS_README)
 
 
 if __name__ == "__main__":
