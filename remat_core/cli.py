@@ -2,45 +2,73 @@
 
 Sub-commands:
 
-* ``solve``: one graph, one budget, one method; prints the result as JSON.
+* ``solve``: one graph, one budget, one method; prints a short summary
+  (``--json``: the result as JSON, and nothing else, on stdout).
 * ``sweep``: one graph, many budgets and methods, in parallel (local processes
   or Dask), resumable through a JSON-lines file; prints the cost table and the
   approximation ratios, optionally plots the trade-off curves.
 * ``max-batch``: the largest batch size that fits a budget at bounded cost.
 * ``plot``: trade-off curves of a sweep file, R/S matrices or the memory
   timeline of a schedule.
-* ``demo``: the end-to-end job behind ``make demo``.
+* ``methods``, ``zoo``: what is registered and what graphs ship.
+* ``demo``: the end-to-end job behind ``make demo`` (needs PyTorch).
 
-Graphs are named by a zoo name (``vgg16``, see ``remat_core.zoo.list_zoo()``),
-a JSON file (remat graph, zoo model or DTR format) or ``linear:N``. Budgets are
-bytes (``123456``), binary or decimal units (``2GiB``, ``16GB``, ``512MiB``)
-or a fraction of checkpoint-all's peak (``0.6x``).
+Graphs are named by a zoo name (``vgg16``, see ``remat zoo``), a JSON file
+(remat graph, zoo model or DTR format) or ``linear:N``. Budgets have one
+meaning everywhere (:func:`remat_core.units.resolve_budget`): bytes
+(``123456``) or a size (``2GiB``, ``16GB``, ``1.5 GiB``) is the total device
+memory, parameters included; a number in [0, 1] (``0.6`` or ``0.6x``) is a
+fraction of activation memory.
+
+Solver libraries print to the process's standard output from native code
+(HiGHS prints a banner when its first instance is made, in every process).
+The command points file descriptor 1 at ``/dev/null`` (at standard error with
+``-v``) while it runs, so that stdout holds only what the command prints, and
+worker processes inherit that.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import difflib
 import inspect
+import io
 import json
 import logging
 import os
 import sys
-import time
-from typing import Any, Callable, Sequence
+import tempfile
+from typing import Any, Callable, Iterator, Sequence
 
-from .errors import RematError
+from .errors import GraphValidationError, RematError
 from .graph import Graph
-from .schedule import Schedule
-from .simulate import simulate
+from .units import format_bytes, min_budget_bytes, parse_bytes, resolve_budget
 
-__all__ = ["main", "build_parser", "load_graph_arg", "graph_factory_arg", "parse_budget"]
+__all__ = ["main", "build_parser", "load_graph_arg", "graph_factory_arg"]
 
-_UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
-          "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "B": 1}
+log = logging.getLogger("remat_core.cli")
+
+_PLOT_EXTENSIONS = (".png", ".svg", ".pdf")
 
 
 class CLIError(ValueError):
     """A bad command-line value (printed as ``remat: error: ...``)."""
+
+
+# ------------------------------------------------------------------ inputs
+def _read_json_file(path: str, what: str = "graph file") -> Any:
+    if os.path.isdir(path):
+        raise CLIError(f"{what} {path!r} is a directory, not a JSON file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except UnicodeDecodeError:
+        raise CLIError(f"{what} {path!r} is not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise CLIError(f"{what} {path!r} is not valid JSON: {exc}") from None
+    except OSError as exc:
+        raise CLIError(f"cannot read {what} {path!r}: {exc.strerror or exc}") from None
 
 
 def graph_factory_arg(spec: str) -> Callable[[int], Graph] | None:
@@ -56,9 +84,8 @@ def graph_factory_arg(spec: str) -> Callable[[int], Graph] | None:
         n = _int_arg(spec.split(":", 1)[1], "linear:N")
         return lambda b: linear_graph(n, cost=float(b), memory_bytes=b).replace(name=f"linear-{n}-b{b}")
     if os.path.exists(spec):
-        with open(spec) as f:
-            data = json.load(f)
-        if data.get("format") == SPEC_FORMAT:
+        data = _read_json_file(spec)
+        if isinstance(data, dict) and data.get("format") == SPEC_FORMAT:
             return lambda b: graph_from_spec(data, batch_size=b)
         return None
     try:
@@ -76,7 +103,7 @@ def load_graph_arg(spec: str, batch_size: int | None = None) -> Graph:
     Raises
     ------
     CLIError
-        If ``spec`` names nothing known, or ``batch_size`` does not apply.
+        If ``spec`` names nothing known or usable, or ``batch_size`` does not apply.
     """
     from .graph import load_dtr_dag
     from .zoo import linear_graph
@@ -87,18 +114,22 @@ def load_graph_arg(spec: str, batch_size: int | None = None) -> Graph:
             return graph_factory_arg(spec)(batch_size)
         return linear_graph(_int_arg(spec.split(":", 1)[1], "linear:N"))
     if os.path.exists(spec):
-        with open(spec) as f:
-            try:
-                head = json.load(f)
-            except json.JSONDecodeError as exc:
-                raise CLIError(f"graph file {spec!r} is not valid JSON: {exc}") from None
+        head = _read_json_file(spec)
+        if not isinstance(head, dict):
+            raise CLIError(f"graph file {spec!r} must hold a JSON object; got a JSON {type(head).__name__}")
         if head.get("format") == SPEC_FORMAT:
             return graph_from_spec(head, batch_size=batch_size or 1)
         if batch_size is not None:
             raise CLIError(f"graph file {spec!r} has a fixed batch size; drop --batch-size")
         if head.get("format") == "remat-graph":
             return Graph.from_dict(head)
-        return load_dtr_dag(spec)
+        try:
+            return load_dtr_dag(spec)
+        except RematError:
+            raise
+        except (KeyError, AttributeError, TypeError, ValueError) as exc:
+            raise CLIError(f"graph file {spec!r} is neither a remat graph, a zoo model nor a valid DTR graph "
+                           f"({type(exc).__name__}: {exc})") from None
     try:
         return zoo_graph(spec, batch_size=batch_size)
     except ValueError as exc:
@@ -115,42 +146,9 @@ def _int_arg(text: str, what: str) -> int:
     return v
 
 
-def parse_budget(text: str, graph: Graph | None = None) -> int:
-    """Budget in bytes from ``123456``, ``2.5GiB``, ``16GB``, ``512MiB`` or ``0.6x`` (of checkpoint-all's peak).
-
-    Examples
-    --------
-    >>> parse_budget("2KiB"), parse_budget("1.5GB")
-    (2048, 1500000000)
-    >>> from remat_core.zoo import linear_graph
-    >>> parse_budget("0.5x", linear_graph(4))
-    3
-    """
-    from .simulate import checkpoint_all_peak_bytes
-
-    t = str(text).strip()
-    try:
-        if t.endswith("x"):
-            if graph is None:
-                raise CLIError(f"budget {text!r} is relative to a graph; none given")
-            value = float(t[:-1]) * checkpoint_all_peak_bytes(graph)
-        else:
-            value = None
-            for suffix, mult in _UNITS.items():
-                if t.endswith(suffix):
-                    value = float(t[: -len(suffix)]) * mult
-                    break
-            if value is None:
-                value = float(t)
-    except ValueError:
-        raise CLIError(f"budget {text!r} is not bytes, a size like 2GiB / 16GB, or a fraction like 0.6x") from None
-    if not value >= 1:
-        raise CLIError(f"budget {text!r} must be at least 1 byte")
-    return int(value)
-
-
-def _parse_budgets(text: str, graph: Graph) -> list[int]:
-    return [parse_budget(x, graph) for x in text.split(",") if x.strip()]
+def _budget_arg(graph: Graph, text: str, argument: str = "budget") -> int:
+    """The budget ``text`` in bytes on ``graph`` (bytes, a size, or a fraction of activation memory)."""
+    return resolve_budget(graph, text.strip() if isinstance(text, str) else text, argument)
 
 
 def _json_arg(text: str, what: str) -> dict:
@@ -179,44 +177,253 @@ def _with_time_limit(method: str, options: dict, time_limit_s: float | None) -> 
     return options
 
 
-def _methods_arg(text: str | None) -> list[str]:
-    from .solvers import available_methods, get_method
+def _unknown_method(name: str, argument: str) -> CLIError:
+    from .solvers import available_methods
 
-    if not text or text == "all":
+    close = difflib.get_close_matches(name, available_methods(), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return CLIError(f"`{argument}` names unknown method {name!r}{hint}; available methods: "
+                    f"{', '.join(available_methods())}")
+
+
+def _methods_arg(text: str | None, argument: str = "--methods") -> list[str]:
+    from .solvers import available_methods
+
+    if text is None or text.strip() == "all":
         return available_methods()
-    methods = [m.strip() for m in text.split(",") if m.strip()]
+    methods = list(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
+    if not methods:
+        raise CLIError(f"`{argument}` names no method; give a comma-separated list or 'all'")
     for m in methods:
-        get_method(m)
+        if m not in available_methods():
+            raise _unknown_method(m, argument)
     return methods
 
 
-def _fmt_bytes(x: float | None) -> str:
-    if x is None:
-        return "-"
-    for scale, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if abs(x) >= scale:
-            return f"{x / scale:.3f} {unit}"
-    return f"{int(x)} B"
+def _per_method_options(text: str, methods: list[str]) -> dict[str, dict]:
+    """``--options`` of sweep: a JSON object ``method -> options``; every key must be a chosen method."""
+    value = _json_arg(text, "--options")
+    for m, opts in value.items():
+        if m not in methods:
+            from .solvers import available_methods
+
+            if m not in available_methods():
+                raise _unknown_method(m, "--options")
+            raise CLIError(f"`--options` has options for {m!r}, which is not among --methods ({', '.join(methods)})")
+        if not isinstance(opts, dict):
+            raise CLIError(f"`--options` for {m!r} must be a JSON object; got {json.dumps(opts)}")
+    return value
+
+
+def _check_out_path(path: str | None, argument: str, plot: bool = False) -> None:
+    """Fail before any work if ``path`` cannot be written (missing or read-only folder, a directory, bad extension)."""
+    if path is None:
+        return
+    if not path or os.path.isdir(path):
+        raise CLIError(f"`{argument}` must be a file path; got {path!r}" + (" (a directory)" if path else ""))
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise CLIError(f"`{argument}`: folder {os.path.dirname(path) or folder!r} does not exist")
+    if os.path.exists(path):
+        writable = os.access(path, os.W_OK)
+    else:  # try it: os.access says yes to root even where nothing can be created
+        try:
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".remat-probe-"):
+                writable = True
+        except OSError:
+            writable = False
+    if not writable:
+        raise CLIError(f"`{argument}`: cannot write {path!r}")
+    if plot and os.path.splitext(path)[1].lower() not in _PLOT_EXTENSIONS:
+        raise CLIError(f"`{argument}` must end in {', '.join(_PLOT_EXTENSIONS)}; got {path!r}")
+
+
+def _check_out_dir(path: str, argument: str) -> None:
+    """Create the output folder ``path`` (its parent must exist and be writable)."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise CLIError(f"`{argument}` must be a folder; {path!r} is a file")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise CLIError(f"`{argument}`: folder {parent!r} does not exist")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise CLIError(f"`{argument}`: cannot create {path!r}: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise CLIError(f"`{argument}`: {path!r} is not writable")
+
+
+def _check_scheduler(scheduler: str | None, timeout_s: float = 5.0) -> None:
+    """Fail fast on a Dask scheduler address nothing listens on (instead of Dask's 30 s wait)."""
+    if not scheduler or scheduler in ("local", "serial", "embedded"):
+        return
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(scheduler if "://" in scheduler else f"tcp://{scheduler}")
+    try:
+        host, port = url.hostname, url.port
+    except ValueError:
+        host, port = None, None
+    if url.scheme not in ("tcp", "tls") or not host or port is None:
+        raise CLIError(f"`--scheduler` must be local, serial, embedded or an address such as tcp://host:8786; "
+                       f"got {scheduler!r}")
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise CLIError(f"`--scheduler`: cannot reach {scheduler!r} ({exc.strerror or exc})") from None
+
+
+def _applicable(graph: Graph, methods: list[str]) -> tuple[list[str], list[str]]:
+    """Split ``methods`` into those that apply to ``graph`` and those that do not (chain-only ones on a DAG).
+
+    A method that does not apply raises :class:`GraphValidationError` before
+    looking at the budget, so a 1-byte probe tells without solving anything.
+    """
+    from .solvers import solve
+
+    ok, skipped = [], []
+    for m in methods:
+        try:
+            solve(graph, 1, method=m)
+        except GraphValidationError:
+            skipped.append(m)
+            continue
+        except Exception:  # the probe only looks for GraphValidationError; the real solve reports the rest
+            pass
+        ok.append(m)
+    return ok, skipped
+
+
+# ------------------------------------------------------------------ output
+@contextlib.contextmanager
+def _native_stdout_redirected(verbose: bool) -> Iterator[None]:
+    """Point file descriptor 1 at /dev/null (stderr when ``verbose``) while Python's ``print`` keeps stdout.
+
+    Native libraries (HiGHS's banner) and child processes write to fd 1; with
+    it redirected, stdout holds only what the command prints itself.
+    """
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError, AttributeError):  # no fd 1 (embedded interpreter): nothing to protect
+        yield
+        return
+    try:
+        python_on_fd1 = sys.stdout.fileno() == 1
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        python_on_fd1 = False
+    sink = os.dup(2) if verbose else os.open(os.devnull, os.O_WRONLY)
+    os.dup2(sink, 1)
+    os.close(sink)
+    old = sys.stdout
+    if python_on_fd1:
+        sys.stdout = open(os.dup(saved), "w", encoding=getattr(old, "encoding", None) or "utf-8",
+                          errors=getattr(old, "errors", None) or "strict", buffering=1)
+    try:
+        yield
+    finally:
+        if python_on_fd1:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stdout.flush()
+                sys.stdout.close()
+            sys.stdout = old
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+class _TqdmLogHandler(logging.Handler):
+    """Writes log records above any tqdm progress bar (tqdm.write) on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            from tqdm import tqdm
+
+            tqdm.write(self.format(record), file=sys.stderr)
+        except Exception:  # pragma: no cover - logging must never raise
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def _logging_configured(verbosity: int) -> Iterator[None]:
+    level = logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
+    handler = _TqdmLogHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s", "%H:%M:%S"))
+    loggers = [logging.getLogger(n) for n in ("remat_core", "remat_torch", "remat_tf")]
+    saved = [(lg.level, lg.propagate) for lg in loggers]
+    for lg in loggers:
+        lg.addHandler(handler)
+        lg.setLevel(level)
+        lg.propagate = False
+    # below -v, warnings of the library are one line each, not the sweep's per-budget repetition
+    try:
+        yield
+    finally:
+        for lg, (lvl, prop) in zip(loggers, saved):
+            lg.removeHandler(handler)
+            lg.setLevel(lvl)
+            lg.propagate = prop
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _solve_summary(graph: Graph, res) -> list[str]:
+    """The human summary of one solve (a few lines)."""
+    from .simulate import checkpoint_all_peak_bytes
+    from .units import budget_fraction
+
+    base = float(graph.cost.sum())
+    peak_all = checkpoint_all_peak_bytes(graph)
+    frac = budget_fraction(graph, res.budget_bytes)
+    lines = [f"graph     {graph.name or 'graph'}: {graph.n} nodes ({int(graph.is_backward.sum())} backward); "
+             f"checkpoint-all peak {format_bytes(peak_all)}, of which fixed {format_bytes(graph.fixed_bytes)}",
+             f"budget    {format_bytes(res.budget_bytes)} ({frac:.2f} of activation memory)",
+             f"method    {res.method}{' (' + res.backend + ')' if res.backend else ''}: {res.status.value} "
+             f"in {res.solve_time_s:.2f} s"]
+    if res.success:
+        over = res.objective / base - 1 if base > 0 else 0.0
+        lines.append(f"peak      {format_bytes(res.peak_memory_bytes)} "
+                     f"({format_bytes(peak_all - res.peak_memory_bytes)} below checkpoint-all)")
+        lines.append(f"overhead  +{_pct(over)} compute ({res.stats.get('recomputations', '?')} recomputations)")
+        if res.lower_bound is not None and base > 0:
+            lines.append(f"bound     overhead >= +{_pct(max(0.0, res.lower_bound / base - 1))} "
+                         f"(gap {_pct(res.gap or 0.0)})")
+    else:
+        need, culprit = min_budget_bytes(graph)
+        if res.budget_bytes < need:
+            lines.append(f"no schedule can fit: every schedule needs >= {format_bytes(need)} "
+                         f"({budget_fraction(graph, need):.2f} of activation memory; node {culprit!r})")
+        elif res.message:
+            lines.append(f"message   {res.message}")
+    return lines
 
 
 def _print_table(rows: list[dict[str, Any]]) -> None:
-    print(f"{'budget':>14} {'method':>18} {'status':>11} {'overhead':>9} {'peak':>14} {'gap':>7} {'time_s':>8}")
+    print(f"{'budget':>10} {'method':>18} {'status':>11} {'overhead':>9} {'peak':>10} {'gap':>6} {'time':>7}")
     for r in rows:
-        over = f"{r['objective'] / r['base_cost']:.4f}" if r["objective"] is not None and r["base_cost"] else "-"
+        over = (f"+{_pct(r['objective'] / r['base_cost'] - 1)}" if r.get("objective") is not None
+                and r.get("base_cost") else "-")
         gap = "-"
-        if r["objective"] is not None and r.get("lower_bound") is not None and r["objective"] > 0:
-            gap = f"{max(0.0, 1 - r['lower_bound'] / r['objective']):.1%}"
-        print(f"{_fmt_bytes(r['budget_bytes']):>14} {r['method']:>18} {r['status']:>11} {over:>9} "
-              f"{_fmt_bytes(r['peak_memory_bytes']):>14} {gap:>7} {r['solve_time_s']:>8.2f}")
+        if r.get("objective") is not None and r.get("lower_bound") is not None and r["objective"] > 0:
+            gap = _pct(max(0.0, 1 - r["lower_bound"] / r["objective"]))
+        print(f"{format_bytes(r['budget_bytes']):>10} {r['method']:>18} {r['status']:>11} {over:>9} "
+              f"{format_bytes(r.get('peak_memory_bytes')):>10} {gap:>6} {r.get('solve_time_s') or 0:>6.2f}s")
 
 
 def _print_ratios(res, reference: str) -> dict | None:
     try:
         ratios = res.approximation_ratios(reference=reference)
     except ValueError as exc:
-        print(f"\n(no approximation ratios: {exc})")
+        print(f"(no approximation ratios: {_one_line(exc)})")
         return None
-    print(f"\napproximation ratio vs {reference} (geometric mean of cost / optimal over budgets):")
+    print(f"approximation ratio vs {reference} (geometric mean of cost / {reference}'s cost over budgets):")
     for m, s in ratios.items():
         gm = f"{s['geomean']:.4f}" if s["geomean"] is not None else "-"
         print(f"  {m:>18}: {gm}  (n={s['count']}, infeasible where {reference} fits: {s['infeasible']}"
@@ -228,47 +435,81 @@ def _print_ratios(res, reference: str) -> dict | None:
 def _cmd_solve(args: argparse.Namespace) -> int:
     from . import solve
 
+    _check_out_path(args.out, "--out")
+    _check_out_path(args.plot, "--plot", plot=True)
     graph = load_graph_arg(args.graph, args.batch_size)
-    budget = parse_budget(args.budget, graph)
+    budget = _budget_arg(graph, args.budget)
+    if args.method not in _methods_arg(None):
+        raise _unknown_method(args.method, "--method")
     options = _with_time_limit(args.method, _json_arg(args.options, "--options"), args.time_limit)
+    log.info("solving %s (%d nodes) at %s with %s", graph.name, graph.n, format_bytes(budget), args.method)
     res = solve(graph, budget, method=args.method, **options)
-    text = json.dumps(res.to_dict(include_schedule=args.schedule), indent=2, default=str)
-    print(text)
+    log.info("%s: %s in %.2f s", args.method, res.status.value, res.solve_time_s)
+    data = res.to_dict(include_schedule=args.schedule)
+    data["graph"] = graph.name
+    text = json.dumps(data, indent=2, default=str)
+    if args.json:
+        print(text)
+    else:
+        print("\n".join(_solve_summary(graph, res)))
     if args.out:
         with open(args.out, "w") as f:
             f.write(text + "\n")
-    if args.plot and res.schedule is not None:
+    if args.plot:
         from .plot import plot_schedule_matrices
 
-        plot_schedule_matrices(graph, res.schedule, args.plot)
+        if res.schedule is None:
+            print(f"remat: no plot: {args.method} found no schedule", file=sys.stderr)
+        else:
+            plot_schedule_matrices(graph, res.schedule, args.plot)
+            log.info("wrote %s", args.plot)
     return 0 if res.success else 1
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from .plot import plot_tradeoff_curves
     from .sweep import budget_grid, sweep
 
+    _check_out_path(args.out, "--out")
+    _check_out_path(args.plot, "--plot", plot=True)
+    _check_scheduler(args.scheduler)
     graph = load_graph_arg(args.graph, args.batch_size)
-    budgets = _parse_budgets(args.budgets, graph) if args.budgets else budget_grid(graph, args.num)
     methods = _methods_arg(args.methods)
-    per_method = _json_arg(args.options, "--options")
+    per_method = _per_method_options(args.options, methods)
+    if args.budgets is not None:
+        budgets = [_budget_arg(graph, x, "--budgets") for x in args.budgets.split(",") if x.strip()]
+        if not budgets:
+            raise CLIError("`--budgets` names no budget")
+    else:
+        budgets = budget_grid(graph, args.num)
+    methods, skipped = _applicable(graph, methods)
+    if skipped:
+        print(f"remat: skipping {', '.join(skipped)}: chain-only, and {graph.name or 'the graph'} is not a chain",
+              file=sys.stderr)
+    if not methods:
+        raise CLIError(f"none of the methods applies to {graph.name or 'the graph'}")
     options = {m: _with_time_limit(m, dict(per_method.get(m, {})), args.time_limit) for m in methods}
     res = sweep(graph, budgets, methods, out=args.out, scheduler=args.scheduler, n_workers=args.workers,
                 method_options={m: o for m, o in options.items() if o}, progress=not args.no_progress)
-    ratios = None
+    reference = args.reference if args.reference in methods else None
     if args.json:
-        try:
-            ratios = res.approximation_ratios(reference=args.reference)
-        except ValueError:
-            ratios = None
-        print(json.dumps({"graph": graph.name, "rows": res.table(), "approximation_ratios": ratios,
-                          "computed": res.computed, "reused": res.reused}, indent=1, default=str))
+        ratios = None
+        if reference:
+            with contextlib.suppress(ValueError):
+                ratios = res.approximation_ratios(reference=reference)
+        print(json.dumps({"graph": graph.name, "skipped_methods": skipped, "rows": res.table(),
+                          "approximation_ratios": ratios, "computed": res.computed, "reused": res.reused},
+                         indent=1, default=str))
     else:
-        print(f"graph: {graph!r}; {res.computed} solves computed, {res.reused} reused")
+        need, _ = min_budget_bytes(graph)
+        print(f"{graph.name}: {res.computed} solves computed, {res.reused} reused; no schedule fits below "
+              f"{format_bytes(need)}")
         _print_table(res.table())
-        _print_ratios(res, args.reference)
+        if reference:
+            _print_ratios(res, reference)
     if args.plot:
-        plot_tradeoff_curves(res, args.plot)
+        from .plot import plot_tradeoff_curves
+
+        plot_tradeoff_curves(res, args.plot, min_budget_bytes=min_budget_bytes(graph)[0])
         if not args.json:
             print(f"wrote {args.plot}")
     return 0
@@ -282,13 +523,16 @@ def _cmd_max_batch(args: argparse.Namespace) -> int:
     factory = graph_factory_arg(args.graph)
     if factory is None:
         raise CLIError(f"graph {args.graph!r} has a fixed batch size; max-batch needs a zoo model or linear:N")
-    budget = parse_budget(args.budget, None)
+    budget = parse_bytes(args.budget.strip(), "--budget")
+    if args.method not in _methods_arg(None):
+        raise _unknown_method(args.method, "--method")
     options = _with_time_limit(args.method, _json_arg(args.options, "--options"), args.time_limit)
     bar = tqdm(desc=f"max-batch {args.method}", unit="probe", disable=args.no_progress, leave=False)
 
     def graph_fn(b: int) -> Graph:
         bar.set_postfix(batch=b)
         bar.update()
+        log.info("trying batch size %d", b)
         return factory(b)
 
     try:
@@ -298,158 +542,186 @@ def _cmd_max_batch(args: argparse.Namespace) -> int:
         bar.close()
     out = res.to_dict()
     out["graph"] = args.graph
-    print(json.dumps(out, indent=1, default=str))
+    if args.json:
+        print(json.dumps(out, indent=1, default=str))
+    else:
+        print(f"{args.graph} under {format_bytes(budget)} with {args.method}: largest batch size "
+              f"{res.batch_size}{' (the --max-batch limit)' if res.hit_max_batch else ''}")
+        r = res.result
+        if r is not None and r.success:
+            over = f", overhead +{_pct(res.overhead)}" if res.overhead is not None else ""
+            print(f"  peak {format_bytes(r.peak_memory_bytes)}{over}")
     return 0 if res.batch_size > 0 else 1
+
+
+_SWEEP_KEYS = ("graph", "budget_bytes", "method", "status", "objective", "base_cost")
+
+
+def _load_sweep_arg(path: str):
+    from .sweep import load_sweep
+
+    if not os.path.exists(path):
+        raise CLIError(f"sweep file {path!r} does not exist")
+    if os.path.isdir(path):
+        raise CLIError(f"sweep file {path!r} is a directory")
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.readlines()
+    except UnicodeDecodeError:
+        raise CLIError(f"sweep file {path!r} is not UTF-8 text") from None
+    for lineno, line in enumerate(lines, 1):
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # load_sweep skips (and logs) a torn last line
+        if not isinstance(r, dict):
+            raise CLIError(f"sweep file {path!r}, line {lineno}: a row must be a JSON object")
+        missing = [k for k in _SWEEP_KEYS if k not in r]
+        if missing:
+            raise CLIError(f"sweep file {path!r}, line {lineno}: the row lacks {', '.join(missing)}")
+    res = load_sweep(path)
+    if not res.rows:
+        raise CLIError(f"sweep file {path!r} holds no rows")
+    return res
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
     from . import solve
     from .plot import plot_memory_timeline, plot_schedule_matrices, plot_tradeoff_curves
-    from .sweep import load_sweep
 
+    _check_out_path(args.out, "--out", plot=True)
     if args.kind == "curves":
-        if not os.path.exists(args.source):
-            raise CLIError(f"sweep file {args.source!r} does not exist")
-        plot_tradeoff_curves(load_sweep(args.source), args.out, graph=args.graph_key)
+        plot_tradeoff_curves(_load_sweep_arg(args.source), args.out, graph=args.graph_key)
     else:
         if args.budget is None:
             raise CLIError(f"`remat plot {args.kind}` needs a budget")
         graph = load_graph_arg(args.source, args.batch_size)
-        budget = parse_budget(args.budget, graph)
-        methods = _methods_arg(args.method)
-        schedules = []
+        budget = _budget_arg(graph, args.budget)
+        methods = _methods_arg(args.method, "--method")
+        if args.kind == "schedule" and len(methods) != 1:
+            raise CLIError("`remat plot schedule` takes one --method")
+        results = []
         for m in methods:
             res = solve(graph, budget, method=m, **_with_time_limit(m, {}, args.time_limit))
             if res.schedule is None:
-                print(f"{m}: {res.status.value} ({res.message})", file=sys.stderr)
-                continue
-            schedules.append((m, res.schedule))
-        if not schedules:
-            raise CLIError(f"no method found a schedule within {budget} bytes")
+                print(f"remat: {m}: {res.status.value} at {format_bytes(budget)}", file=sys.stderr)
+            results.append((m, res))
+        if not any(r.schedule is not None for _, r in results):
+            raise CLIError(f"no method found a schedule within {format_bytes(budget)}")
         if args.kind == "schedule":
-            plot_schedule_matrices(graph, schedules[0][1], args.out, title=None)
+            plot_schedule_matrices(graph, results[0][1].schedule, args.out)
         else:
-            plot_memory_timeline(graph, schedules, args.out, budget_bytes=budget)
+            plot_memory_timeline(graph, [(m, r.schedule if r.schedule is not None else r) for m, r in results],
+                                 args.out, budget_bytes=budget)
     print(f"wrote {args.out}")
     return 0
 
 
-def _cmd_demo(args: argparse.Namespace) -> int:
-    from .plan import make_plan, replay
-    from .plot import plot_memory_timeline, plot_schedule_matrices, plot_tradeoff_curves
-    from .simulate import checkpoint_all_peak_bytes
-    from .solvers import available_methods
-    from .sweep import sweep
+def _cmd_methods(args: argparse.Namespace) -> int:
+    from .solvers import available_methods, get_method
 
-    out = args.out
-    os.makedirs(out, exist_ok=True)
-    graph = load_graph_arg(args.graph, args.batch_size)
-    base = simulate(graph, Schedule.checkpoint_all(graph))
-    peak = checkpoint_all_peak_bytes(graph)
-    print(f"graph: {graph!r}")
-    print(f"checkpoint-all: cost {base.total_cost:.6g}, peak {_fmt_bytes(peak)} "
-          f"(of which {_fmt_bytes(graph.fixed_bytes)} parameters, gradients and inputs)")
-    fractions = [float(x) for x in args.fractions.split(",")]
-    budgets = sorted({int(graph.fixed_bytes + f * (peak - graph.fixed_bytes)) for f in fractions}, reverse=True)
-    methods = _methods_arg(args.methods) if args.methods else available_methods()
-    # methods that do not apply to this graph (chain-only methods on a DAG) are noted and left out
-    from . import solve as _solve
-    from .errors import GraphValidationError
-
-    applicable = []
-    for m in methods:
-        try:
-            _solve(graph, peak, method=m, **_with_time_limit(m, {}, 1.0))
-            applicable.append(m)
-        except GraphValidationError as exc:
-            print(f"not applicable: {m} ({str(exc).split(': ', 1)[0]})")
-    methods = applicable
-    options = {m: _with_time_limit(m, {}, args.time_limit) for m in methods}
-    print(f"budgets: {', '.join(_fmt_bytes(b) for b in budgets)} (fixed bytes + {args.fractions} x activations)")
-    print(f"methods: {', '.join(methods)}\n")
-    t0 = time.perf_counter()
-    if not args.resume and os.path.exists(os.path.join(out, "sweep.jsonl")):
-        os.remove(os.path.join(out, "sweep.jsonl"))
-    res = sweep(graph, budgets, methods, out=os.path.join(out, "sweep.jsonl"), scheduler=args.scheduler,
-                n_workers=args.workers, method_options={m: o for m, o in options.items() if o},
-                progress=not args.no_progress)
-    _print_table(res.table())
-    reference = "ilp" if "ilp" in methods else "checkpoint-all"
-    _print_ratios(res, reference)
-    print(f"\nsweep: {res.computed} solves computed, {res.reused} reused, {time.perf_counter() - t0:.1f} s")
-
-    written = [os.path.join(out, "sweep.jsonl")]
-    for ext in ("png", "svg"):
-        p = os.path.join(out, f"tradeoff.{ext}")
-        plot_tradeoff_curves(res, p)
-        written.append(p)
-    # the schedule at the tightest budget where the preferred method succeeded
-    from . import solve
-
-    preferred = [m for m in ("ilp", "lp-rounding") if m in methods] + [m for m in methods if m != "checkpoint-all"]
-    chosen = None
-    for m in preferred + ["checkpoint-all"]:
-        ok = [r for r in res.rows if r["method"] == m and r["objective"] is not None]
-        if ok:
-            b = min(r["budget_bytes"] for r in ok)
-            chosen = (m, b)
-            break
-    schedules = [("checkpoint-all", Schedule.checkpoint_all(graph))]
-    if chosen is not None and chosen[0] != "checkpoint-all":
-        r = solve(graph, chosen[1], method=chosen[0], **options.get(chosen[0], {}))
-        if r.schedule is not None:
-            schedules.append((f"{chosen[0]} @ {_fmt_bytes(chosen[1])}", r.schedule))
-    label, sched = schedules[-1]
-    plan = make_plan(graph, sched)
-    rep = replay(graph, plan)
-    with open(os.path.join(out, "plan.json"), "w") as f:
-        json.dump({"graph": graph.name, "schedule": label, "replayed_peak_bytes": rep.peak_memory_bytes,
-                   "plan": plan.to_dict()}, f)
-    graph.save(os.path.join(out, "graph.json"))
-    written += [os.path.join(out, "plan.json"), os.path.join(out, "graph.json")]
-    for ext in ("png", "svg"):
-        p = os.path.join(out, f"schedule_matrices.{ext}")
-        plot_schedule_matrices(graph, sched, p, title=f"{graph.name}: {label}")
-        q = os.path.join(out, f"memory_timeline.{ext}")
-        plot_memory_timeline(graph, schedules, q, budget_bytes=chosen[1] if chosen else None)
-        written += [p, q]
-    print(f"plan of {label}: {len(plan)} statements, replayed peak {_fmt_bytes(rep.peak_memory_bytes)}")
-    print("wrote " + ", ".join(written))
+    rows = []
+    for m in available_methods():
+        doc = inspect.getdoc(get_method(m)) or ""
+        rows.append((m, doc.split("\n\n")[0].replace("\n", " ")))
+    if args.json:
+        print(json.dumps([{"method": m, "summary": d} for m, d in rows], indent=1))
+    else:
+        width = max(len(m) for m, _ in rows)
+        for m, d in rows:
+            print(f"{m:<{width}}  {d[:100 - width]}")
     return 0
 
 
+def _cmd_zoo(args: argparse.Namespace) -> int:
+    from .simulate import checkpoint_all_peak_bytes
+    from .zoo.models import list_zoo, zoo_graph
+
+    names = list_zoo()
+    rows = []
+    for name in names:
+        try:
+            g = zoo_graph(name, batch_size=args.batch_size) if args.batch_size else zoo_graph(name)
+        except ValueError:
+            g = zoo_graph(name)
+        rows.append({"name": name, "nodes": g.n, "fixed_bytes": int(g.fixed_bytes),
+                     "checkpoint_all_peak_bytes": int(checkpoint_all_peak_bytes(g)),
+                     "min_budget_bytes": min_budget_bytes(g)[0], "batch_size": g.meta.get("batch_size")})
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        width = max([len(r["name"]) for r in rows] + [4])
+        print(f"{'name':<{width}} {'nodes':>5} {'batch':>5} {'fixed':>10} {'no-remat peak':>13} {'min budget':>10}")
+        for r in rows:
+            print(f"{r['name']:<{width}} {r['nodes']:>5} {str(r['batch_size'] or '-'):>5} "
+                  f"{format_bytes(r['fixed_bytes']):>10} {format_bytes(r['checkpoint_all_peak_bytes']):>13} "
+                  f"{format_bytes(r['min_budget_bytes']):>10}")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    try:
+        from remat_torch.demo import run_demo  # the demo trains PyTorch models
+    except ImportError as exc:
+        raise CLIError(f"the demo needs PyTorch (pip install 'remat[torch]'): {exc}") from None
+    _check_out_dir(args.out, "--out")
+    return run_demo(args)
+
+
 # ------------------------------------------------------------------ parser
-_GRAPH_HELP = ("graph: a zoo name (vgg16, vgg19, mobilenet, resnet50, unet, fcn8, segnet, ...; see "
-               "remat_core.zoo.list_zoo()), a JSON file (remat graph, zoo model or DTR format) or linear:N")
-_BUDGET_HELP = "bytes, a size (512MiB, 2GiB, 16GB) or a fraction of checkpoint-all's peak (0.6x)"
+_GRAPH_HELP = ("a zoo name (vgg16, mobilenet, resnet50, unet, ...; see `remat zoo`), a JSON file "
+               "(remat graph, zoo model or DTR format) or linear:N")
+_BUDGET_HELP = ("total bytes or a size (123456, 512MiB, 1.5 GiB, 16GB), parameters included, or a fraction "
+                "of activation memory (0.6 or 0.6x)")
+
+
+def _version() -> str:
+    from . import __version__
+
+    return f"remat {__version__}"
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line too."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``remat`` command."""
-    p = argparse.ArgumentParser(
-        prog="remat", description="Tensor rematerialization planner: solve, sweep budgets, find the maximum "
-        "batch size and plot schedules of training graphs.", epilog="Run `remat COMMAND --help` for each command.")
-    p.add_argument("-v", "--verbose", action="store_true", help="log solver progress (INFO level)")
+    verbose_help = "log progress on stderr (-vv: debug), and show solver output there"
+    common = _Parser(add_help=False)
+    common.add_argument("-v", "--verbose", action="count", default=0, help=verbose_help)
+    p = _Parser(
+        prog="remat",
+        description="Tensor rematerialization planner: solve, sweep budgets, find the maximum batch size and plot "
+        "schedules of training graphs.", epilog="Run `remat COMMAND --help` for each command.")
+    p.add_argument("-v", "--verbose", action="count", default=0, dest="verbose_top", help=verbose_help)
+    p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    s = sub.add_parser("solve", help="solve one graph at one budget; prints the result as JSON",
-                       description="Solve one graph at one budget with one method and print the RematResult as "
-                       "JSON (exit status 1 if no schedule was found).")
-    s.add_argument("graph", help=_GRAPH_HELP)
-    s.add_argument("budget", help="memory budget, total bytes including parameters: " + _BUDGET_HELP)
-    s.add_argument("--method", default="checkpoint-all", help="method name (see remat_core.available_methods())")
+    s = sub.add_parser("solve", parents=[common], help="solve one graph at one budget",
+                       description="Solve one graph at one budget with one method and print a summary "
+                       "(--json: the RematResult as JSON). Exit status 1 if no schedule was found.")
+    s.add_argument("graph", help="graph: " + _GRAPH_HELP)
+    s.add_argument("budget", help="memory budget: " + _BUDGET_HELP)
+    s.add_argument("--method", default="auto" if "auto" in _registered() else "ilp",
+                   help="method name (see `remat methods`; default %(default)s)")
     s.add_argument("--batch-size", type=int, default=None, help="batch size for zoo models (default 1)")
-    s.add_argument("--options", default="", help="method options as a JSON object, e.g. '{\"time_limit_s\": 30}'")
+    s.add_argument("--options", default="", help="method options as a JSON object, e.g. '{\"mip_gap\": 0.01}'")
     s.add_argument("--time-limit", type=float, default=None, help="time_limit_s for methods that take one")
-    s.add_argument("--schedule", action="store_true", help="include the schedule in the JSON output")
-    s.add_argument("--out", default=None, help="also write the JSON to this file")
-    s.add_argument("--plot", default=None, help="write the R/S matrices of the schedule to this PNG/SVG file")
+    s.add_argument("--json", action="store_true", help="print the result as JSON (and nothing else) on stdout")
+    s.add_argument("--schedule", action="store_true", help="include the schedule in the JSON (--json, --out)")
+    s.add_argument("--out", default=None, help="also write the JSON result to this file")
+    s.add_argument("--plot", default=None, help="write the R/S matrices of the schedule to this .png/.svg/.pdf")
     s.set_defaults(fn=_cmd_solve)
 
-    w = sub.add_parser("sweep", help="solve one graph at many budgets with many methods (parallel, resumable)",
+    w = sub.add_parser("sweep", parents=[common], help="solve one graph at many budgets with many methods",
                        description="Solve a graph at several budgets with several methods in parallel, print the "
-                       "cost table and the approximation ratios (the paper's Figure 5 and Table 2).")
-    w.add_argument("graph", help=_GRAPH_HELP)
+                       "cost table and the approximation ratios. Methods that do not apply to the graph "
+                       "(chain-only methods on a DAG) are skipped with one line on stderr.")
+    w.add_argument("graph", help="graph: " + _GRAPH_HELP)
     w.add_argument("--batch-size", type=int, default=None, help="batch size for zoo models (default 1)")
     w.add_argument("--budgets", default=None, help="comma-separated budgets, each " + _BUDGET_HELP +
                    " (default: --num budgets from the lower bound to checkpoint-all's peak)")
@@ -462,75 +734,119 @@ def build_parser() -> argparse.ArgumentParser:
                    "embedded (a Dask LocalCluster) or a Dask scheduler address such as tcp://host:8786")
     w.add_argument("--workers", type=int, default=None, help="parallel workers (default: CPU count)")
     w.add_argument("--reference", default="ilp", help="method whose costs are optimal for the ratios (default ilp)")
-    w.add_argument("--plot", default=None, help="write the budget-vs-overhead curves to this PNG/SVG file")
+    w.add_argument("--plot", default=None, help="write the budget-vs-overhead curves to this .png/.svg/.pdf")
     w.add_argument("--json", action="store_true", help="print rows and ratios as JSON instead of a table")
     w.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     w.set_defaults(fn=_cmd_sweep)
 
-    m = sub.add_parser("max-batch", help="largest batch size that fits a budget at bounded cost",
+    m = sub.add_parser("max-batch", parents=[common], help="largest batch size that fits a budget at bounded cost",
                        description="Find the largest batch size whose training step fits the budget with a cost "
                        "of at most one extra forward pass (Checkmate eq. 10), by searching over batch sizes.")
     m.add_argument("graph", help="a zoo model (vgg19, mobilenet, unet, ...), a zoo model JSON file or linear:N")
-    m.add_argument("--budget", default="16GB", help="memory budget in total bytes (default 16GB = 16e9 bytes, the paper's V100): "
-                   "bytes or a size such as 16GB / 12GiB")
+    m.add_argument("--budget", default="16GB", help="memory budget in total bytes (default 16GB = 16e9 bytes, "
+                   "the paper's V100): bytes or a size such as 16GB / 12GiB")
     m.add_argument("--method", default="checkpoint-all", help="method name (default checkpoint-all)")
     m.add_argument("--cost-cap", type=float, default=None, help="cost cap as a factor of the cost without "
                    "recomputation (default: one extra forward pass, eq. 10)")
     m.add_argument("--max-batch", type=int, default=1 << 16, help="largest batch size to try (default 65536)")
     m.add_argument("--options", default="", help="method options as a JSON object")
     m.add_argument("--time-limit", type=float, default=None, help="time_limit_s for methods that take one")
+    m.add_argument("--json", action="store_true", help="print the result as JSON")
     m.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     m.set_defaults(fn=_cmd_max_batch)
 
-    pl = sub.add_parser("plot", help="plot sweep curves, R/S matrices or a memory timeline",
+    pl = sub.add_parser("plot", parents=[common], help="plot sweep curves, R/S matrices or a memory timeline",
                         description="curves SWEEP.jsonl: budget vs overhead for every method of a sweep file. "
-                        "schedule GRAPH BUDGET: the R and S matrices of a method's schedule (paper Figure 7). "
+                        "schedule GRAPH BUDGET: the R and S matrices of a method's schedule. "
                         "timeline GRAPH BUDGET: simulated memory over time for one or more methods.")
     pl.add_argument("kind", choices=["curves", "schedule", "timeline"], help="what to plot")
     pl.add_argument("source", help="sweep JSON-lines file (curves) or graph (schedule, timeline)")
     pl.add_argument("budget", nargs="?", default=None, help="budget for schedule/timeline: " + _BUDGET_HELP)
-    pl.add_argument("-o", "--out", required=True, help="output file; .png or .svg")
+    pl.add_argument("-o", "--out", required=True, help="output file: .png, .svg or .pdf")
     pl.add_argument("--method", default="checkpoint-all", help="method(s), comma-separated for timeline")
     pl.add_argument("--batch-size", type=int, default=None, help="batch size for zoo models")
     pl.add_argument("--time-limit", type=float, default=None, help="time_limit_s for methods that take one")
     pl.add_argument("--graph-key", default=None, help="for curves: which graph, when the file holds several")
     pl.set_defaults(fn=_cmd_plot)
 
-    d = sub.add_parser("demo", help="solve a zoo model at several budgets with every method, write a plan and plots",
-                       description="The end-to-end job behind `make demo`: sweep a zoo model over budgets with the "
-                       "MILP, the LP rounding approximation and the baselines, print the table and the ratios, "
-                       "write the trade-off curves, R/S matrices, memory timeline and an execution plan.")
+    me = sub.add_parser("methods", parents=[common], help="list the registered methods",
+                        description="List the registered methods with a one-line summary each.")
+    me.add_argument("--json", action="store_true", help="print the list as JSON")
+    me.set_defaults(fn=_cmd_methods)
+
+    z = sub.add_parser("zoo", parents=[common], help="list the zoo graphs",
+                       description="List the graphs that ship with remat: nodes, fixed bytes, the peak without "
+                       "rematerialization and the smallest budget any schedule can reach.")
+    z.add_argument("--batch-size", type=int, default=None, help="batch size for zoo models (default: each file's)")
+    z.add_argument("--json", action="store_true", help="print the list as JSON")
+    z.set_defaults(fn=_cmd_zoo)
+
+    d = sub.add_parser("demo", parents=[common], help="train models under a memory budget, sweep budgets, plot",
+                       description="The end-to-end job behind `make demo`: train a small transformer and a CNN "
+                       "for a few steps under a budget well below what they need without rematerialization, "
+                       "compare with torch.utils.checkpoint, sweep a zoo model's budgets from its lower bound "
+                       "and write the plots. Needs PyTorch.")
     d.add_argument("--out", default="demo_out", help="output folder (default: demo_out)")
-    d.add_argument("--graph", default="vgg16", help="graph (default vgg16): " + _GRAPH_HELP)
-    d.add_argument("--batch-size", type=int, default=32, help="batch size for zoo models (default 32)")
-    d.add_argument("--fractions", default="1.0,0.9,0.8,0.7,0.6,0.5",
-                   help="budgets as fixed bytes + FRACTION x checkpoint-all's activation memory")
-    d.add_argument("--methods", default=None, help="comma-separated methods (default: all registered)")
-    d.add_argument("--time-limit", type=float, default=30.0, help="time_limit_s for the MILP (default 30)")
-    d.add_argument("--scheduler", default=None, help="local (default), serial, embedded or a Dask address")
-    d.add_argument("--workers", type=int, default=None, help="parallel workers (default: CPU count)")
-    d.add_argument("--resume", action="store_true", help="reuse the rows of an earlier demo_out/sweep.jsonl")
-    d.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    d.add_argument("--graph", default="vgg16", help="zoo graph of the budget sweep (default vgg16): " + _GRAPH_HELP)
+    d.add_argument("--batch-size", type=int, default=32, help="batch size of the zoo graph (default 32)")
+    d.add_argument("--fractions", default="0.5",
+                   help="budget of the trained models as a fraction of their activation memory (default 0.5)")
+    d.add_argument("--steps", type=int, default=3, help="training steps per model (default 3)")
+    d.add_argument("--num", type=int, default=6, help="budgets in the sweep (default 6)")
+    d.add_argument("--time-limit", type=float, default=10.0, help="time_limit_s of each solve (default 10)")
+    d.add_argument("--workers", type=int, default=None, help="parallel workers of the sweep (default: CPU count)")
+    d.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     d.set_defaults(fn=_cmd_demo)
     return p
 
 
+def _registered() -> list[str]:
+    from .solvers import available_methods
+
+    return available_methods()
+
+
+_EXPECTED = (CLIError, RematError, ValueError, TypeError, KeyError, OSError, ArithmeticError, ImportError)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``remat`` command; returns the exit status."""
+    """Run the ``remat`` command; returns the exit status.
+
+    Every error is one line on stderr (``remat: error: ...``) with exit status
+    2; ``-v`` shows the traceback instead.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
-    for name in ("batch_size", "workers", "num", "max_batch"):
+    args.verbose = args.verbose + args.verbose_top
+    for name in ("batch_size", "workers", "num", "max_batch", "steps"):
         v = getattr(args, name, None)
         if v is not None and v < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1; got {v}")
-    try:
-        return args.fn(args)
-    except (CLIError, RematError, ValueError, TypeError) as exc:
-        if args.verbose:
-            raise
-        print(f"remat: error: {exc}", file=sys.stderr)
-        return 2
+    for name in ("time_limit", "cost_cap"):
+        v = getattr(args, name, None)
+        if v is not None and not (0 < v < float("inf")):
+            parser.error(f"--{name.replace('_', '-')} must be a positive number; got {v}")
+    with _logging_configured(args.verbose), _native_stdout_redirected(args.verbose > 0):
+        try:
+            return args.fn(args)
+        except KeyboardInterrupt:
+            print("remat: interrupted", file=sys.stderr)
+            return 130
+        except BrokenPipeError:  # `remat ... | head`: the reader left; nothing to report
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141
+        except _EXPECTED as exc:
+            if args.verbose:
+                raise
+            print(f"remat: error: {_one_line(exc)}", file=sys.stderr)
+            return 2
+        except Exception as exc:  # a bug: still one line, the traceback with -v
+            if args.verbose:
+                raise
+            print(f"remat: internal error: {type(exc).__name__}: {_one_line(exc)} (run with -v for the traceback)",
+                  file=sys.stderr)
+            return 3
 
 
 if __name__ == "__main__":  # pragma: no cover
