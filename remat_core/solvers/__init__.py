@@ -46,6 +46,7 @@ _METHODS: dict[str, str | MethodFn] = {
     "linearized-sqrtn": "remat_core.solvers.baselines:solve_linearized_sqrtn",
     "linearized-greedy": "remat_core.solvers.baselines:solve_linearized_greedy",
     "rotor": "remat_core.solvers.rotor:solve_rotor",
+    "auto": "remat_core.solvers.auto:solve_auto",
 }
 
 

@@ -1,0 +1,216 @@
+"""``auto``: the best schedule found within a time limit, the method chosen by problem size.
+
+The size rule
+-------------
+The size that decides is the strong MILP's estimated number of nonzeros
+(:func:`~remat_core.formulation.size.estimate_milp_size`, computed in
+milliseconds without building anything), not the node count: it grows with
+the values alive across each stage, so a wide 200-node graph can be larger
+than a 400-node chain.
+
+* up to :data:`ILP_MAX_NONZEROS` (about 120 nodes of a random training graph,
+  80 of a U-Net): ``ilp``, the exact MILP, warm-started with the cheapest
+  baseline; it usually proves the optimum inside the limit;
+* up to :data:`LP_MAX_NONZEROS` (about 270 nodes of ResNet-32): ``lp-rounding``
+  (one LP relaxation, rounded), which also gives a lower bound;
+* beyond, or when the estimated model would not fit ``memory_limit_bytes``:
+  the large-graph path, no formulation at all (the baselines, ``dtr`` when it
+  is registered, and ``segments`` when it is registered).
+
+Whatever the path, the applicable baselines run first (milliseconds to a
+few seconds) and the cheapest of them is the incumbent, so ``auto`` is never
+worse than the best baseline at the same budget. The result's lower bound is
+the best one computed: the MILP's or LP's where one ran, else the sum of the
+node costs (every node is computed at least once), which holds at every size.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+
+from ..errors import GraphValidationError
+from ..formulation.size import DEFAULT_MODEL_BYTES_LIMIT, estimate_milp_size
+from ..graph import Graph
+from ..schedule import RematResult, SolveStatus
+
+__all__ = ["solve_auto", "ILP_MAX_NONZEROS", "LP_MAX_NONZEROS", "BASELINES", "choose_path"]
+
+log = logging.getLogger(__name__)
+
+#: Largest estimated MILP (nonzeros) that ``auto`` gives to the exact ``ilp``.
+ILP_MAX_NONZEROS = 2_000_000
+#: Largest estimated MILP (nonzeros) whose LP relaxation ``auto`` solves and rounds (``lp-rounding``).
+LP_MAX_NONZEROS = 20_000_000
+#: The heuristics ``auto`` always runs first, cheapest result kept. Methods that apply to chains only raise
+#: GraphValidationError elsewhere and are skipped.
+BASELINES = ("checkpoint-all", "rotor", "chen-greedy", "chen-sqrtn", "griewank-logn", "ap-greedy", "ap-sqrtn",
+             "linearized-greedy", "linearized-sqrtn")
+#: Methods registered by other modules that ``auto`` also runs on the large-graph path when present.
+LARGE_GRAPH_METHODS = ("dtr", "segments")
+#: Time kept back from the limit for the final re-simulation and the result (seconds).
+_RESERVE_S = 0.05
+
+
+def choose_path(graph: Graph, time_limit_s: float | None = None,
+                memory_limit_bytes: int | None = DEFAULT_MODEL_BYTES_LIMIT) -> str:
+    """The path ``auto`` takes on ``graph``: ``"ilp"``, ``"lp-rounding"`` or ``"large"``.
+
+    Examples
+    --------
+    >>> from remat_core.zoo import linear_graph
+    >>> choose_path(linear_graph(8))
+    'ilp'
+    """
+    size = estimate_milp_size(graph)
+    if not size.fits(memory_limit_bytes):
+        return "large"
+    if size.nonzeros <= ILP_MAX_NONZEROS:
+        return "ilp"
+    if size.nonzeros <= LP_MAX_NONZEROS:
+        return "lp-rounding"
+    return "large"
+
+
+class _Best:
+    """The cheapest verified schedule so far and the best lower bound."""
+
+    def __init__(self, graph: Graph, budget_bytes: int):
+        self.graph, self.budget = graph, budget_bytes
+        self.result: RematResult | None = None
+        self.method = ""
+        self.lower_bound: float | None = None
+        self.tried: dict[str, Any] = {}
+        self.min_budget: int | None = None
+
+    def offer(self, name: str, res: RematResult) -> None:
+        self.tried[name] = {"status": res.status.value, "objective": res.objective,
+                            "lower_bound": res.lower_bound, "time_s": round(res.solve_time_s, 3)}
+        if res.lower_bound is not None and res.status is not SolveStatus.INFEASIBLE:
+            self.lower_bound = res.lower_bound if self.lower_bound is None else max(self.lower_bound, res.lower_bound)
+        mb = res.stats.get("method_min_budget_bytes")
+        if mb is not None:
+            self.min_budget = int(mb) if self.min_budget is None else min(self.min_budget, int(mb))
+        if res.success and (self.result is None or res.objective < self.result.objective):
+            self.result, self.method = res, name
+
+
+def _run(name: str, graph: Graph, budget_bytes: int, **options: Any) -> RematResult | None:
+    """``solve(graph, budget, name)``, or ``None`` where the method does not apply to this graph."""
+    from . import solve
+
+    try:
+        return solve(graph, budget_bytes, method=name, **options)
+    except GraphValidationError:   # chain-only methods on a general DAG
+        return None
+
+
+def solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None = 60.0,
+               memory_limit_bytes: int | None = DEFAULT_MODEL_BYTES_LIMIT, threads: int | None = None,
+               verbose: bool = False) -> RematResult:
+    """The best schedule found within ``time_limit_s``, choosing the method by problem size.
+
+    Parameters
+    ----------
+    graph : Graph
+    budget_bytes : int
+    time_limit_s : float or None
+        Wall-clock limit for the whole call (default 60 s); ``None``: no limit
+        (the exact MILP then runs to its proof on small graphs).
+    memory_limit_bytes : int or None
+        Largest estimated model (bytes) a formulation-based method may build;
+        above it the large-graph path is taken.
+    threads : int, optional
+        Passed to ``ilp``.
+    verbose : bool
+        Solver logs.
+
+    Returns
+    -------
+    RematResult
+        ``OPTIMAL`` when the MILP proved it, else ``FEASIBLE`` with the best
+        schedule found and a lower bound; ``INFEASIBLE`` when no method found a
+        schedule (``stats["min_budget_bytes"]``: the smallest peak a baseline
+        reached, when known). ``stats["path"]`` says which path ran,
+        ``stats["chosen"]`` which method gave the schedule and
+        ``stats["tried"]`` what each method returned.
+
+    Examples
+    --------
+    >>> from remat_core import solve
+    >>> from remat_core.zoo import linear_graph
+    >>> g = linear_graph(6)
+    >>> res = solve(g, 8, method="auto", time_limit_s=10)
+    >>> res.status.value, res.stats["path"]
+    ('optimal', 'ilp')
+    """
+    from . import _METHODS, validate_time_limit
+
+    validate_time_limit(time_limit_s)
+    start = time.perf_counter()
+    left = (lambda: None) if time_limit_s is None else (  # noqa: E731
+        lambda: float(time_limit_s) - (time.perf_counter() - start) - _RESERVE_S)
+    best = _Best(graph, budget_bytes)
+    path = choose_path(graph, time_limit_s, memory_limit_bytes)
+
+    for name in BASELINES:
+        res = _run(name, graph, budget_bytes)
+        if res is not None:
+            best.offer(name, res)
+    cost_floor = float(np.sum(graph.cost))   # every node is computed at least once
+    best.lower_bound = cost_floor if best.lower_bound is None else max(best.lower_bound, cost_floor)
+
+    if path == "ilp":
+        remaining = left()
+        if remaining is None or remaining > 0.1:
+            warm = best.result.schedule if best.result is not None else True
+            res = _run("ilp", graph, budget_bytes, time_limit_s=remaining, warm_start=warm, threads=threads,
+                       verbose=verbose)
+            best.offer("ilp", res)
+    elif path == "lp-rounding":
+        remaining = left()
+        if remaining is None or remaining > 0.1:
+            best.offer("lp-rounding", _run("lp-rounding", graph, budget_bytes, time_limit_s=remaining,
+                                           verbose=verbose))
+    if path == "large":
+        for name in LARGE_GRAPH_METHODS:
+            remaining = left()
+            if name not in _METHODS or (remaining is not None and remaining <= 0.1):
+                continue
+            from . import get_method
+            import inspect
+
+            opts = {"time_limit_s": remaining} if "time_limit_s" in inspect.signature(get_method(name)).parameters else {}
+            if name == "segments" and best.result is not None:
+                opts["warm_start"] = best.result.schedule
+            try:
+                res = _run(name, graph, budget_bytes, **opts)
+            except Exception as exc:   # an optional method's failure must not cost the baselines' schedule
+                log.warning("auto: %s failed: %s: %s", name, type(exc).__name__, exc)
+                best.tried[name] = {"status": "error", "message": f"{type(exc).__name__}: {exc}"}
+                continue
+            if res is not None:
+                best.offer(name, res)
+
+    stats: dict[str, Any] = {"path": path, "tried": best.tried, "chosen": best.method,
+                             "estimated_nonzeros": estimate_milp_size(graph).nonzeros}
+    if best.result is None:
+        if best.min_budget is not None:
+            stats["min_budget_bytes"] = best.min_budget
+        return RematResult(status=SolveStatus.INFEASIBLE, stats=stats,
+                           message=f"auto ({path} path): no method found a schedule within {budget_bytes} bytes")
+    res = best.result
+    status = res.status if best.method == "ilp" and res.status is SolveStatus.OPTIMAL else SolveStatus.FEASIBLE
+    if best.method == "checkpoint-all" and res.status is SolveStatus.OPTIMAL:
+        status = SolveStatus.OPTIMAL   # nothing recomputed: the sum of the costs, the least any schedule costs
+    lb = best.lower_bound
+    if lb is not None and lb > res.objective:
+        log.warning("auto: lower bound %s above the verified cost %s; reporting the cost", lb, res.objective)
+        lb = res.objective
+    if lb is not None and res.objective <= lb * (1 + 1e-9):
+        status = SolveStatus.OPTIMAL   # a schedule at the proven bound (for example the MILP's, reached by a baseline)
+    return RematResult(status=status, schedule=res.schedule, lower_bound=lb, backend=res.backend, stats=stats,
+                       message=f"auto ({path} path): {best.method}: {res.message}")

@@ -1,0 +1,78 @@
+"""``auto``: the path by size, never worse than a baseline, a lower bound at every size."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from remat_core import load_dtr_dag, solve
+from remat_core.formulation import build_milp
+from remat_core.formulation.size import estimate_milp_size
+from remat_core.schedule import SolveStatus
+from remat_core.solvers.auto import BASELINES, choose_path
+from remat_core.units import resolve_budget
+from remat_core.zoo import linear_graph, random_training_graph
+
+from conftest import SHARED_DATA
+
+
+def _best_baseline(graph, budget):
+    costs = []
+    for name in BASELINES:
+        try:
+            res = solve(graph, budget, method=name)
+        except ValueError:   # chain-only methods on a DAG
+            continue
+        if res.success:
+            costs.append(res.objective)
+    return min(costs) if costs else None
+
+
+@pytest.mark.parametrize("graph", [linear_graph(6), linear_graph(12), random_training_graph(4, seed=3),
+                                   random_training_graph(8, seed=5)], ids=lambda g: g.name)
+def test_estimate_over_the_built_program(graph):
+    """The guard's estimate is an over-estimate of the nonzeros it stands for (within 2x of them)."""
+    est = estimate_milp_size(graph).nonzeros
+    nnz = build_milp(graph, resolve_budget(graph, 0.5)).A.nnz
+    assert nnz <= est <= 2 * nnz
+
+
+def test_path_by_size():
+    assert choose_path(linear_graph(6)) == "ilp"
+    assert choose_path(random_training_graph(40, seed=1)) == "lp-rounding"
+    assert choose_path(random_training_graph(40, seed=1), memory_limit_bytes=10**6) == "large"
+
+
+@pytest.mark.parametrize("frac", [0.9, 0.6, 0.4])
+def test_small_graph_exact_and_never_worse_than_baselines(frac):
+    g = random_training_graph(6, seed=2)
+    budget = resolve_budget(g, frac)
+    res = solve(g, budget, method="auto", time_limit_s=30)
+    exact = solve(g, budget, method="ilp")
+    assert res.stats["path"] == "ilp"
+    assert res.status.value == exact.status.value
+    if exact.success:
+        assert res.objective == pytest.approx(exact.objective, rel=1e-4)
+        assert res.lower_bound is not None and res.lower_bound <= res.objective + 1e-6
+        base = _best_baseline(g, budget)
+        assert base is None or res.objective <= base + 1e-9
+
+
+def test_infeasible_budget_is_a_status():
+    g = linear_graph(6)
+    res = solve(g, 2, method="auto", time_limit_s=5)
+    assert res.status is SolveStatus.INFEASIBLE and res.schedule is None
+
+
+@pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="shared DTR graphs not present")
+def test_large_graph_path_has_bound_and_beats_baselines():
+    g = load_dtr_dag(os.path.join(SHARED_DATA, "InceptionV4_64.json"))
+    budget = resolve_budget(g, 0.5)
+    res = solve(g, budget, method="auto", time_limit_s=20)
+    assert res.stats["path"] == "large"
+    assert res.success and res.peak_memory_bytes <= budget
+    assert res.lower_bound == pytest.approx(float(np.sum(g.cost))) or res.lower_bound > np.sum(g.cost)
+    base = _best_baseline(g, budget)
+    assert base is None or res.objective <= base + 1e-9
