@@ -1,0 +1,255 @@
+"""Run an execution plan on an extracted Keras graph: one training step, layer by layer.
+
+:func:`run_plan` walks the plan's ``Compute``/``Free`` statements while a
+``tf.function`` is being traced (or eagerly). Each ``Compute`` builds the ops
+of one node under ``tf.control_dependencies`` on the previous node's results,
+so the TensorFlow runtime runs the nodes in the plan's order; a tensor's
+buffer goes back to the allocator when its last reader has run, and the plan
+puts no reader after the point where it frees a value, so the memory follows
+the plan.
+
+* A forward node calls the layer under its own ``tf.GradientTape`` and inside
+  a ``keras.StatelessScope``: variable updates (BatchNorm moving statistics,
+  the dropout seed generators) are collected instead of applied. The updates
+  of a node's first computation are applied once, after the step; a
+  recomputation reads the same variable values as the first computation
+  (same dropout mask) and its updates are dropped.
+* A backward node sums the gradient contributions of the layer's users (and
+  the loss) and takes the vector-Jacobian product on the tape of the layer's
+  output it reads. That tape's gradient reads the tensors the layer was
+  computed from; when the plan recomputed one of them after the layer's
+  output (the output is kept across a recomputed input), reading the old one
+  would keep it alive, so the layer's forward is re-run from the current
+  inputs instead (the graph counts that re-run in the backward node's
+  workspace; :attr:`RunInfo.forward_reruns` counts them).
+* Weight gradients are taken from a backward node's first computation only and
+  summed over the calls of a shared layer, in the order of
+  ``model.trainable_variables``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from remat_core import ExecutionPlan
+from remat_core.plan import Compute
+
+from .graph import ExtractedGraph
+
+__all__ = ["run_plan", "RunInfo", "StepResult"]
+
+
+@dataclass
+class RunInfo:
+    """What one trace of a plan did (counted while building the step's ops)."""
+
+    compute_counts: list = field(default_factory=list)
+    forward_reruns: int = 0
+
+
+@dataclass
+class StepResult:
+    """Tensors of one training step.
+
+    Attributes
+    ----------
+    loss : tf.Tensor
+    grads : list of tf.Tensor
+        One per ``eg.variables`` entry (zeros where the loss does not depend on it).
+    updates : list of (variable, tensor)
+        Non-trainable variable updates of the step (apply with :func:`apply_updates`).
+    y_pred : list of tf.Tensor
+        The flat model outputs (from their first computation).
+    info : RunInfo
+    """
+
+    loss: Any
+    grads: list
+    updates: list
+    y_pred: list
+    info: RunInfo
+
+
+@dataclass
+class _FwdValue:
+    outs: list
+    tape: Any
+    xs: list
+    source: tuple  # registers of the producer values it was computed from
+
+
+def _forward(eg: ExtractedGraph, c: int, xs: list, state: list):
+    """Run call ``c`` on ``xs`` under a tape; returns (flat outputs, tape, collected variable updates)."""
+    import keras
+    import tensorflow as tf
+    from keras import tree
+
+    call = eg.calls[c]
+    args, kwargs = call.node.arguments.fill_in(dict(zip(call.input_ids, xs)))
+    if call.training_arg:
+        kwargs["training"] = True
+    with tf.GradientTape(persistent=True) as tape:
+        for i in call.grad_inputs:
+            tape.watch(xs[i])
+        with keras.StatelessScope(state_mapping=state) as scope:
+            out = call.operation(*args, **kwargs)
+    updates = []
+    for v in call.state_variables:
+        new = scope.get_current_value(v)
+        if new is not None:
+            updates.append((v, new))
+    return list(tree.flatten(out)), tape, updates
+
+
+def _vjp(eg: ExtractedGraph, c: int, fv: _FwdValue, dys: list):
+    """Gradients of call ``c`` w.r.t. its differentiable inputs and its weights."""
+    import tensorflow as tf
+
+    call = eg.calls[c]
+    targets, seeds = [], []
+    for out, dy in zip(fv.outs, dys):
+        if dy is not None and out.dtype.is_floating:
+            targets.append(out)
+            seeds.append(dy)
+    sources = [fv.xs[i] for i in call.grad_inputs] + [eg.variables[v] for v in call.variables]
+    if not targets:
+        grads = [tf.zeros_like(s) for s in sources]
+    else:
+        grads = fv.tape.gradient(targets, sources, output_gradients=seeds,
+                                 unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    grads = [tf.convert_to_tensor(g) for g in grads]
+    n = len(call.grad_inputs)
+    return grads[:n], grads[n:]
+
+
+def _sum(ts: list):
+    import tensorflow as tf
+
+    ts = [t for t in ts if t is not None]
+    if not ts:
+        return None
+    return ts[0] if len(ts) == 1 else tf.add_n(ts)
+
+
+def run_plan(eg: ExtractedGraph, plan: ExecutionPlan, inputs: list, targets: list,
+             record: Callable | None = None) -> StepResult:
+    """Build (in a ``tf.function``) or run (eagerly) one training step that follows ``plan``.
+
+    Parameters
+    ----------
+    eg : ExtractedGraph
+    plan : remat_core.ExecutionPlan
+        A plan for ``eg.graph``.
+    inputs, targets : list of tf.Tensor
+        The flat model inputs and targets.
+    record : callable, optional
+        ``record(node, first_op, stop_op, value_tensors, fixed_tensors)`` after
+        each computation, with the range of graph operations it created (used
+        by :func:`remat_tf.graph.extract_graph` to size nodes).
+
+    Returns
+    -------
+    StepResult
+    """
+    import tensorflow as tf
+    from keras import tree
+
+    if plan.num_nodes != eg.graph.n:
+        raise ValueError(f"`plan` has {plan.num_nodes} nodes but the graph has {eg.graph.n}")
+    graph = eg.graph
+    deps = graph.deps
+    calls = eg.calls
+    loss_k = eg.loss_index
+    out_calls = {c for c, _ in eg.outputs}
+    regs: dict[int, Any] = {}
+    state: dict[int, tuple] = {}  # id(variable) -> (variable, value) after the first computations so far
+    pre_state: dict[int, list] = {}
+    acc: list = [None] * len(eg.variables)
+    info = RunInfo(compute_counts=[0] * graph.n)
+    loss_value = None
+    y_pred = None
+    prev: list = []
+    tf_graph = tf.compat.v1.get_default_graph() if record is not None else None
+
+    def value_of(ref, dep_reg):
+        if ref[0] == "input":
+            return inputs[ref[1]]
+        return regs[dep_reg[ref[1]]].outs[ref[2]]
+
+    for s in plan.statements:
+        if not isinstance(s, Compute):
+            regs.pop(s.register, None)
+            continue
+        k = s.node
+        first = s.stage == k
+        dep_reg = dict(zip(deps[k], s.inputs))
+        start = len(tf_graph.get_operations()) if tf_graph is not None else 0
+        fixed_out: list = []
+        with tf.control_dependencies(prev):
+            kind, c = eg.kind(k)
+            if kind == "forward":
+                call = calls[c]
+                xs = [value_of(ref, dep_reg) for ref in call.inputs]
+                if first:
+                    pre_state[c] = list(state.values())
+                outs, tape, updates = _forward(eg, c, xs, pre_state[c])
+                if first:
+                    for v, val in updates:
+                        state[id(v)] = (v, val)
+                source = tuple(dep_reg[p] for p in call.producers)
+                regs[s.register] = _FwdValue(outs, tape, xs, source)
+                value = outs
+            elif kind == "loss":
+                flat = [regs[dep_reg[oc]].outs[o] for oc, o in eg.outputs]
+                y_struct = tree.pack_sequence_as(eg.functional._outputs_struct, flat)
+                y_true = tree.pack_sequence_as(eg.functional._outputs_struct, targets) \
+                    if len(targets) == len(flat) and len(flat) > 1 else (targets[0] if len(targets) == 1 else targets)
+                with tf.GradientTape() as tape:
+                    for t in flat:
+                        tape.watch(t)
+                    loss = eg.loss_fn(y_true, y_struct)
+                dys = tape.gradient(loss, flat, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+                seeds: dict = {}
+                for (oc, o), dy in zip(eg.outputs, dys):
+                    seeds[(oc, o)] = dy if (oc, o) not in seeds else seeds[(oc, o)] + dy
+                regs[s.register] = (loss, seeds)
+                if first:
+                    loss_value, y_pred = loss, flat
+                value = [loss, *dys]
+            else:
+                call = calls[c]
+                fv: _FwdValue = regs[dep_reg[c]]
+                source = tuple(dep_reg[p] for p in call.producers)
+                if fv.source != source:
+                    # the output's tape reads inputs the plan has recomputed since: re-run the layer
+                    xs = [value_of(ref, dep_reg) for ref in call.inputs]
+                    outs, tape, _ = _forward(eg, c, xs, pre_state[c])
+                    fv = _FwdValue(outs, tape, xs, source)
+                    info.forward_reruns += 1
+                dys = []
+                for o in range(call.n_outputs):
+                    parts = [regs[dep_reg[eg.backward_index[u]]].get((c, o)) for u in call.users]
+                    if c in out_calls:
+                        parts.append(regs[dep_reg[loss_k]][1].get((c, o)))
+                    dys.append(_sum(parts))
+                in_grads, w_grads = _vjp(eg, c, fv, dys)
+                regs[s.register] = {(call.inputs[i][1], call.inputs[i][2]): g
+                                    for i, g in zip(call.grad_inputs, in_grads)}
+                if first:
+                    for v, g in zip(call.variables, w_grads):
+                        acc[v] = g if acc[v] is None else acc[v] + g
+                    fixed_out = list(w_grads)
+                value = list(in_grads)
+        info.compute_counts[k] += 1
+        prev = [t for t in value + fixed_out if t is not None]
+        if record is not None:
+            record(k, start, len(tf_graph.get_operations()), value, fixed_out)
+    grads = [g if g is not None else tf.zeros_like(v) for g, v in zip(acc, eg.variables)]
+    return StepResult(loss=loss_value, grads=grads, updates=list(state.values()), y_pred=y_pred, info=info)
+
+
+def apply_updates(updates: list) -> None:
+    """Assign the collected non-trainable variable updates (once per step)."""
+    for v, val in updates:
+        v.assign(val)
