@@ -99,7 +99,7 @@ def plot_tradeoff_curves(
     >>> res = sweep(linear_graph(4), [4, 6, 8], ["checkpoint-all"], scheduler="serial", progress=False)
     >>> path = os.path.join(tempfile.mkdtemp(), "curves.svg")
     >>> fig = plot_tradeoff_curves(res, path, min_budget_bytes=3)
-    >>> [line.get_label() for line in fig.axes[0].get_lines()]
+    >>> [ln.get_label() for ln in fig.axes[0].get_lines() if not ln.get_label().startswith("_")]
     ['checkpoint-all']
     """
     rows = sweep_result._select(graph)
@@ -278,8 +278,8 @@ def plot_memory_timeline(
     >>> g = linear_graph(3)
     >>> path = os.path.join(tempfile.mkdtemp(), "t.png")
     >>> fig = plot_memory_timeline(g, [("all", Schedule.checkpoint_all(g)), ("ilp", None)], path, budget_bytes=4)
-    >>> fig.axes[0].get_xlim()[0]
-    0.0
+    >>> float(fig.axes[0].get_xlim()[0]), fig.axes[0].texts[0].get_text()
+    (0.0, 'no schedule: ilp: no schedule')
     """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 3.8))
