@@ -1,7 +1,29 @@
 """remat: training neural networks in less memory by rematerialization.
 
 ``remat_core`` is framework-agnostic: it imports numpy and scipy only (numba
-and solver libraries are imported where used).
+and solver libraries are imported where used). It holds the graph model
+(``graph``), schedules and results (``schedule``), the memory simulator that
+judges every schedule (``simulate``), execution plans (``plan``), budgets in
+bytes (``units``), the MILP as arrays (``formulation``), the methods behind
+:func:`solve` (``solvers``), the hot loops (``kernels``), benchmark graphs
+(``zoo``), and on top the maximum batch size, sweeps, plots and the ``remat``
+command.
+
+Imports run one way: a module imports only from its own layer and the
+lower-numbered ones (``tests/core/test_import_direction.py`` checks every
+import, function-level ones included):
+
+1. ``errors``, ``kernels``
+2. ``graph``
+3. ``schedule``, ``chain``, ``zoo``
+4. ``simulate``
+5. ``plan``, ``units``, ``formulation``
+6. ``solvers``
+7. ``batch``, ``sweep``, ``plot``, ``cli`` and this package's namespace
+
+Torch and TensorFlow are never imported here: the adapters ``remat_torch`` and
+``remat_tf`` import the core, never the reverse. ``docs/architecture.rst``
+draws the whole picture.
 """
 
 from .errors import (

@@ -13,6 +13,9 @@ Three verbs (see ``DESIGN.md``):
 
 :mod:`remat_tf.extract` turns Keras models into the batch-size-independent
 zoo files of :mod:`remat_core.zoo`.
+
+This package imports TensorFlow / Keras and ``remat_core``;
+the core never imports it, and it holds no solver logic.
 """
 
 from remat_core.errors import BudgetInfeasibleError

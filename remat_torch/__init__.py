@@ -14,6 +14,11 @@ Three verbs (see ``DESIGN.md``):
 :func:`rematerialize` puts them together: it returns a :class:`RematModule`
 that trains under a memory budget with a normal ``loss.backward(); opt.step()``
 loop; :func:`train_step` is the one-call training step.
+
+This package imports torch and ``remat_core`` (graphs,
+plans, :func:`remat_core.solve`, budgets from ``remat_core.units``); the core
+never imports it. It holds no solver logic: a plan comes from the core, and
+this package only turns a model into a graph and a plan into a training step.
 """
 
 from .api import BudgetInfeasibleError, RematModule, rematerialize, resolve_budget, train_step

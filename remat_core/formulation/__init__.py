@@ -11,6 +11,14 @@ accounting (the simulator's) and so one optimum:
 * ``"strong"``: fewer columns, tight ``FREE`` rows and dominance rows that
   keep only canonical schedules (see ``docs/formulation.rst``).
 
+``remat_core.formulation.cuts`` separates the valid inequalities that
+``ilp`` adds at the root and branch-and-cut at its nodes.
+
+This package imports the graph, schedules, the simulator (for the minimal
+recomputation) and the kernels of the core, numpy and scipy; never a solver or
+a solver library: a backend receives the arrays, and the program knows
+nothing of who solves it.
+
 Examples
 --------
 >>> from remat_core.zoo import linear_graph
