@@ -23,8 +23,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository
 sys.path.insert(0, os.path.dirname(HERE))  # benchmarks/: _report, and the instances of bench_ilp*.py
 
-from _report import (EXPERIMENTS_README, EXPERIMENTS_RESULTS, command_line, limit_arguments, machine_line,  # noqa: E402
-                     rewrite_section_from_results, save_json, table, write_section)
+from _report import EXPERIMENTS_README, EXPERIMENTS_RESULTS  # noqa: E402
+from _report import (command_line, limit_arguments, machine_line, rewrite_section_from_results,  # noqa: E402
+                     save_json, table, write_section)
 from bench_ilp import INSTANCES, QUICK  # noqa: E402
 
 from remat_core import simulate, solve  # noqa: E402

@@ -26,8 +26,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository
 sys.path.insert(0, os.path.dirname(HERE))  # benchmarks/: _report, and the instances of bench_ilp*.py
 
-from _report import (EXPERIMENTS_README, EXPERIMENTS_RESULTS, command_line, dtr_graph_path, machine_line,  # noqa: E402
-                     save_json, table, write_section)
+from _report import EXPERIMENTS_README, EXPERIMENTS_RESULTS  # noqa: E402
+from _report import command_line, dtr_graph_path, machine_line, save_json, table, write_section  # noqa: E402
 
 from remat_core import checkpoint_all_peak_bytes, load_dtr_dag  # noqa: E402
 from remat_core.formulation import build_milp  # noqa: E402
