@@ -265,10 +265,275 @@ PyObject* path_cuts(PyObject*, PyObject* args) {
     return Py_BuildValue("(NNN)", a, b, c);
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// dtr(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, heuristic, seed, max_computes)
+//   -> (info, R_ptr, R_idx, S_ptr, S_idx); the algorithm, scores and tie-breaking of _reference.dtr.
+enum { H_DTR = 0, H_DTR_EQ, H_DTR_LOCAL, H_LRU, H_LARGEST, H_MSPS, H_RANDOM };
+
+double dtr_random_key(uint64_t seed, uint64_t evictions, uint64_t v) {
+    uint64_t z = (seed + (evictions << 32) + v + 1) * 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    return static_cast<double>(z >> 11);
+}
+
+struct DtrRun {
+    int64_t n;
+    const int64_t *dep_ptr, *dep_idx, *user_ptr, *user_idx, *mem, *ws;
+    const double* cost;
+    int64_t heuristic;
+    std::vector<int64_t> last_use, parent, size, seen, stack;
+    std::vector<char> resident, in_uf;
+    std::vector<double> class_cost;
+    int64_t stamp = 0;
+
+    int64_t find(int64_t x) {
+        int64_t root = x;
+        while (parent[root] != root) root = parent[root];
+        while (parent[x] != root) { const int64_t nxt = parent[x]; parent[x] = root; x = nxt; }
+        return root;
+    }
+    void unite(int64_t a, int64_t b) {
+        int64_t ra = find(a), rb = find(b);
+        if (ra == rb) return;
+        if (size[ra] < size[rb] || (size[ra] == size[rb] && rb < ra)) std::swap(ra, rb);
+        parent[rb] = ra;
+        size[ra] += size[rb];
+        class_cost[ra] += class_cost[rb];
+    }
+    bool evicted_reader(int64_t j, int64_t t) const { return j < t && !resident[j] && last_use[j] > t; }
+    bool can_free(int64_t i, int64_t t) const {
+        if (last_use[i] > t) return false;
+        for (int64_t q = user_ptr[i]; q < user_ptr[i + 1]; ++q)
+            if (evicted_reader(user_idx[q], t)) return false;
+        return true;
+    }
+    void leave(int64_t v, int64_t t) {
+        if (heuristic != H_DTR_EQ) return;
+        if (!in_uf[v]) { in_uf[v] = 1; class_cost[v] = cost[v]; }
+        else class_cost[find(v)] += cost[v];
+        for (int64_t q = dep_ptr[v]; q < dep_ptr[v + 1]; ++q)
+            if (!resident[dep_idx[q]]) unite(v, dep_idx[q]);
+        for (int64_t q = user_ptr[v]; q < user_ptr[v + 1]; ++q)
+            if (evicted_reader(user_idx[q], t)) unite(v, user_idx[q]);
+    }
+    double walk(int64_t v, int64_t t, bool down) {
+        ++stamp;
+        seen[v] = stamp;
+        double total = 0.0;
+        size_t top = 0;
+        for (int64_t q = dep_ptr[v]; q < dep_ptr[v + 1]; ++q) {
+            const int64_t i = dep_idx[q];
+            if (!resident[i] && seen[i] != stamp) { seen[i] = stamp; stack[top++] = i; }
+        }
+        while (top > 0) {
+            const int64_t x = stack[--top];
+            total += cost[x];
+            for (int64_t q = dep_ptr[x]; q < dep_ptr[x + 1]; ++q) {
+                const int64_t i = dep_idx[q];
+                if (!resident[i] && seen[i] != stamp) { seen[i] = stamp; stack[top++] = i; }
+            }
+        }
+        if (down) {
+            for (int64_t q = user_ptr[v]; q < user_ptr[v + 1]; ++q) {
+                const int64_t j = user_idx[q];
+                if (evicted_reader(j, t) && seen[j] != stamp) { seen[j] = stamp; stack[top++] = j; }
+            }
+            while (top > 0) {
+                const int64_t x = stack[--top];
+                total += cost[x];
+                for (int64_t q = user_ptr[x]; q < user_ptr[x + 1]; ++q) {
+                    const int64_t j = user_idx[q];
+                    if (evicted_reader(j, t) && seen[j] != stamp) { seen[j] = stamp; stack[top++] = j; }
+                }
+            }
+        }
+        return total;
+    }
+    double eq_score_sum(int64_t v, int64_t t) {
+        ++stamp;
+        double total = cost[v];
+        for (int64_t q = dep_ptr[v]; q < dep_ptr[v + 1]; ++q) {
+            const int64_t i = dep_idx[q];
+            if (!resident[i]) {
+                const int64_t r = find(i);
+                if (seen[r] != stamp) { seen[r] = stamp; total += class_cost[r]; }
+            }
+        }
+        for (int64_t q = user_ptr[v]; q < user_ptr[v + 1]; ++q) {
+            const int64_t j = user_idx[q];
+            if (evicted_reader(j, t)) {
+                const int64_t r = find(j);
+                if (seen[r] != stamp) { seen[r] = stamp; total += class_cost[r]; }
+            }
+        }
+        return total;
+    }
+};
+
+PyObject* dtr(PyObject*, PyObject* args) {
+    Py_ssize_t n;
+    long long fixed, budget, heuristic, max_computes;
+    unsigned long long seed;
+    PyObject *o_dp, *o_di, *o_up, *o_ui, *o_mem, *o_ws, *o_cost;
+    if (!PyArg_ParseTuple(args, "nOOOOOOOLLLKL", &n, &o_dp, &o_di, &o_up, &o_ui, &o_mem, &o_ws, &o_cost, &fixed,
+                          &budget, &heuristic, &seed, &max_computes))
+        return nullptr;
+    Buf dp, di, up, ui, mb, wb;
+    FBuf cb;
+    if (!dp.get(o_dp, "dep_ptr") || !di.get(o_di, "dep_idx") || !up.get(o_up, "user_ptr") ||
+        !ui.get(o_ui, "user_idx") || !mb.get(o_mem, "mem") || !wb.get(o_ws, "ws") || !cb.get(o_cost, "cost"))
+        return nullptr;
+    std::vector<int64_t> info(7, -1), R_ptr(static_cast<size_t>(n) + 1, 0), S_ptr(static_cast<size_t>(n) + 1, 0);
+    std::vector<int64_t> R_idx, S_idx;
+    bool no_memory = false;
+    {
+        Py_BEGIN_ALLOW_THREADS
+        try {
+        const size_t N = static_cast<size_t>(n);
+        DtrRun d;
+        d.n = n; d.dep_ptr = dp.data(); d.dep_idx = di.data(); d.user_ptr = up.data(); d.user_idx = ui.data();
+        d.mem = mb.data(); d.ws = wb.data(); d.cost = cb.data(); d.heuristic = heuristic;
+        const int64_t *dep_ptr = d.dep_ptr, *dep_idx = d.dep_idx, *mem = d.mem, *ws = d.ws;
+        const double* cost = d.cost;
+        d.last_use.resize(N); d.parent.resize(N); d.size.assign(N, 1); d.seen.assign(N, 0);
+        d.stack.resize(N + 1); d.resident.assign(N, 0); d.in_uf.assign(N, 0); d.class_cost.assign(N, 0.0);
+        for (int64_t k = 0; k < n; ++k) {
+            d.parent[k] = k;
+            d.last_use[k] = d.user_ptr[k + 1] > d.user_ptr[k] ? d.user_idx[d.user_ptr[k + 1] - 1] : k;
+        }
+        std::vector<int64_t> pins(N, 0), used_stage(N, -1), computed_stage(N, -1), retro_stage(N, -1);
+        std::vector<int64_t> last_access(N, 0), in_need(N, -1), row, res_list, res_pos(N, -1);
+        std::vector<char>& resident = d.resident;
+        auto drop = [&](int64_t v) {   // v leaves the resident list
+            resident[v] = 0;
+            const int64_t last = res_list.back();
+            res_list[static_cast<size_t>(res_pos[v])] = last;
+            res_pos[last] = res_pos[v];
+            res_pos[v] = -1;
+            res_list.pop_back();
+        };
+        R_idx.reserve(2 * N);
+        int64_t current = fixed, clock = 0, peak = -1, computations = 0, evictions = 0;
+        info[0] = 0;
+        bool failed = false;
+        for (int64_t t = 0; t < n && !failed; ++t) {
+            const size_t s_start = S_idx.size();
+            for (int64_t v = 0; v < t; ++v)
+                if (resident[v]) S_idx.push_back(v);
+            row.clear();
+            row.push_back(t);
+            in_need[t] = t;
+            size_t top = 0;
+            d.stack[top++] = t;
+            while (top > 0) {
+                const int64_t x = d.stack[--top];
+                for (int64_t q = dep_ptr[x]; q < dep_ptr[x + 1]; ++q) {
+                    const int64_t i = dep_idx[q];
+                    if (!resident[i] && in_need[i] != t) { in_need[i] = t; d.stack[top++] = i; row.push_back(i); }
+                }
+            }
+            std::sort(row.begin(), row.end());
+            for (int64_t k : row)
+                for (int64_t q = dep_ptr[k]; q < dep_ptr[k + 1]; ++q) { ++pins[dep_idx[q]]; used_stage[dep_idx[q]] = t; }
+            for (int64_t k : row) {
+                while (current + mem[k] + ws[k] > budget) {
+                    int64_t best = -1;
+                    double best_score = 0.0;
+                    for (int64_t v : res_list) {
+                        if (pins[v] != 0 || mem[v] <= 0) continue;
+                        const double mv = static_cast<double>(mem[v]);
+                        const double stale = static_cast<double>(clock - last_access[v] + 1);
+                        double s;
+                        switch (heuristic) {
+                            case H_DTR: s = (cost[v] + d.walk(v, t, true)) / (mv * stale); break;
+                            case H_DTR_EQ: s = d.eq_score_sum(v, t) / (mv * stale); break;
+                            case H_DTR_LOCAL: s = cost[v] / (mv * stale); break;
+                            case H_LRU: s = static_cast<double>(last_access[v]); break;
+                            case H_LARGEST: s = -mv; break;
+                            case H_MSPS: s = (cost[v] + d.walk(v, t, false)) / mv; break;
+                            default: s = dtr_random_key(seed, static_cast<uint64_t>(evictions), static_cast<uint64_t>(v));
+                        }
+                        if (best == -1 || s < best_score || (s == best_score && v < best)) { best = v; best_score = s; }
+                    }
+                    if (best == -1) {
+                        info[0] = 1; info[1] = t; info[2] = k; info[3] = current + mem[k] + ws[k];
+                        failed = true;
+                        break;
+                    }
+                    drop(best);
+                    current -= mem[best];
+                    ++evictions;
+                    if (computed_stage[best] != t && used_stage[best] != t) retro_stage[best] = t;
+                    d.leave(best, t);
+                }
+                if (failed) break;
+                if (computations == max_computes) {
+                    info[0] = 2; info[1] = t; info[2] = k; info[3] = current + mem[k] + ws[k];
+                    failed = true;
+                    break;
+                }
+                ++computations;
+                ++clock;
+                if (heuristic == H_DTR_EQ && d.in_uf[k]) d.class_cost[d.find(k)] -= cost[k];
+                resident[k] = 1;
+                res_pos[k] = static_cast<int64_t>(res_list.size());
+                res_list.push_back(k);
+                computed_stage[k] = t;
+                last_access[k] = clock;
+                current += mem[k];
+                peak = std::max(peak, current + ws[k]);
+                for (int64_t q = dep_ptr[k]; q < dep_ptr[k + 1]; ++q) {
+                    const int64_t i = dep_idx[q];
+                    last_access[i] = clock;
+                    if (--pins[i] == 0 && resident[i] && d.can_free(i, t)) {
+                        drop(i);
+                        current -= mem[i];
+                        d.leave(i, t);
+                    }
+                }
+                if (pins[k] == 0 && d.can_free(k, t)) {
+                    drop(k);
+                    current -= mem[k];
+                    d.leave(k, t);
+                }
+            }
+            if (failed) break;
+            R_idx.insert(R_idx.end(), row.begin(), row.end());
+            R_ptr[t + 1] = static_cast<int64_t>(R_idx.size());
+            size_t w = s_start;
+            for (size_t p = s_start; p < S_idx.size(); ++p)
+                if (retro_stage[S_idx[p]] != t) S_idx[w++] = S_idx[p];
+            S_idx.resize(w);
+            S_ptr[t + 1] = static_cast<int64_t>(w);
+        }
+        if (!failed) info[4] = peak;
+        info[5] = computations;
+        info[6] = evictions;
+        } catch (const std::bad_alloc&) {
+            no_memory = true;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    if (no_memory) return PyErr_NoMemory();
+    PyObject* a = to_bytes(info);
+    PyObject* b = to_bytes(R_ptr);
+    PyObject* c = to_bytes(R_idx);
+    PyObject* e = to_bytes(S_ptr);
+    PyObject* f = to_bytes(S_idx);
+    if (!a || !b || !c || !e || !f) {
+        Py_XDECREF(a); Py_XDECREF(b); Py_XDECREF(c); Py_XDECREF(e); Py_XDECREF(f);
+        return nullptr;
+    }
+    return Py_BuildValue("(NNNNN)", a, b, c, e, f);
+}
+
 PyMethodDef methods[] = {
     {"simulate", simulate, METH_VARARGS, "Simulate a schedule (see remat_core/kernels/_reference.py)."},
     {"r_given_s", r_given_s, METH_VARARGS, "Minimal R for a checkpoint matrix S (see _reference.py)."},
     {"path_cuts", path_cuts, METH_VARARGS, "Separate path inequalities (see _reference.py)."},
+    {"dtr", dtr, METH_VARARGS, "Simulate DTR's online evictor as a schedule (see _reference.py)."},
     {nullptr, nullptr, 0, nullptr},
 };
 

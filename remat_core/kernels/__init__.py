@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import UnknownMethodError
 
-__all__ = ["available_kernels", "kernel_name", "get_kernel", "use_kernel", "simulate", "r_given_s", "path_cuts"]
+__all__ = ["available_kernels", "kernel_name", "get_kernel", "use_kernel", "simulate", "r_given_s", "path_cuts", "dtr"]
 
 # name -> module path, in preference order
 _IMPLEMENTATIONS = {
@@ -117,3 +117,13 @@ def path_cuts(n, in_ptr, in_idx, W, cum, first, Rcol, Scol, tol, max_cuts, kerne
     f64 = lambda a: np.ascontiguousarray(a, dtype=np.float64).ravel()   # noqa: E731
     return k.path_cuts(int(n), _i64(in_ptr), _i64(in_idx), f64(W), f64(cum), _i64(first).ravel(),
                        _i64(Rcol).ravel(), _i64(Scol).ravel(), float(tol), int(max_cuts))
+
+
+def dtr(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, heuristic, seed, max_computes,
+        kernel: str | None = None):
+    """Dispatching wrapper of the DTR simulation (see ``_reference.dtr``): ``(info, R_ptr, R_idx, S_ptr, S_idx)``.
+    ``cost`` is made contiguous float64, the other arrays int64."""
+    k = get_kernel(kernel)
+    return k.dtr(int(n), _i64(dep_ptr), _i64(dep_idx), _i64(user_ptr), _i64(user_idx), _i64(mem), _i64(ws),
+                 np.ascontiguousarray(cost, dtype=np.float64), int(fixed), int(budget), int(heuristic), int(seed),
+                 int(max_computes))

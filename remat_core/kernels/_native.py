@@ -28,3 +28,9 @@ def path_cuts(n, in_ptr, in_idx, W, cum, first, Rcol, Scol, tol, max_cuts):
                                            int(max_cuts))
     return (np.frombuffer(viol, dtype=np.float64), np.frombuffer(ptr, dtype=np.int64),
             np.frombuffer(idx, dtype=np.int64))
+
+
+def dtr(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, heuristic, seed, max_computes):
+    out = _native_ext.dtr(int(n), dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, int(fixed), int(budget),
+                          int(heuristic), int(seed), int(max_computes))
+    return tuple(np.frombuffer(a, dtype=np.int64) for a in out)

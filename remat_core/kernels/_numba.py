@@ -204,3 +204,333 @@ def path_cuts(n, in_ptr, in_idx, W, cum, first, Rcol, Scol, tol, max_cuts):  # p
             q += 1
             b = P[(g * n + b) * n + a]
     return viol[order], row_ptr, row_idx
+
+
+# ------------------------------------------------------------------------------------------- DTR (see _reference.dtr)
+_DTR_H_DTR, _DTR_H_DTR_EQ, _DTR_H_DTR_LOCAL, _DTR_LRU, _DTR_LARGEST, _DTR_MSPS, _DTR_RANDOM = range(7)
+
+
+@njit(cache=True, nogil=True)
+def _dtr_random_key(seed, evictions, v):  # pragma: no cover - compiled
+    z = (np.uint64(seed) + (np.uint64(evictions) << np.uint64(32)) + np.uint64(v) + np.uint64(1)) \
+        * np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    return float(z >> np.uint64(11))
+
+
+@njit(cache=True, nogil=True)
+def _uf_find(parent, x):  # pragma: no cover - compiled
+    root = x
+    while parent[root] != root:
+        root = parent[root]
+    while parent[x] != root:
+        nxt = parent[x]
+        parent[x] = root
+        x = nxt
+    return root
+
+
+@njit(cache=True, nogil=True)
+def _uf_union(parent, size, class_cost, a, b):  # pragma: no cover - compiled
+    ra = _uf_find(parent, a)
+    rb = _uf_find(parent, b)
+    if ra == rb:
+        return
+    if size[ra] < size[rb] or (size[ra] == size[rb] and rb < ra):
+        ra, rb = rb, ra
+    parent[rb] = ra
+    size[ra] += size[rb]
+    class_cost[ra] += class_cost[rb]
+
+
+@njit(cache=True, nogil=True)
+def _dtr_leave(v, t, heuristic, dep_ptr, dep_idx, user_ptr, user_idx, resident, last_use, cost,
+               parent, size, class_cost, in_uf):  # pragma: no cover - compiled
+    if heuristic != _DTR_H_DTR_EQ:
+        return
+    if not in_uf[v]:
+        in_uf[v] = True
+        class_cost[v] = cost[v]
+    else:
+        r = _uf_find(parent, v)
+        class_cost[r] += cost[v]
+    for q in range(dep_ptr[v], dep_ptr[v + 1]):
+        i = dep_idx[q]
+        if not resident[i]:
+            _uf_union(parent, size, class_cost, v, i)
+    for q in range(user_ptr[v], user_ptr[v + 1]):
+        j = user_idx[q]
+        if j < t and not resident[j] and last_use[j] > t:
+            _uf_union(parent, size, class_cost, v, j)
+
+
+@njit(cache=True, nogil=True)
+def _dtr_walk(v, t, down, dep_ptr, dep_idx, user_ptr, user_idx, resident, last_use, cost, seen, stamp,
+              stack):  # pragma: no cover - compiled
+    seen[v] = stamp
+    total = 0.0
+    top = 0
+    for q in range(dep_ptr[v], dep_ptr[v + 1]):
+        i = dep_idx[q]
+        if not resident[i] and seen[i] != stamp:
+            seen[i] = stamp
+            stack[top] = i
+            top += 1
+    while top > 0:
+        top -= 1
+        x = stack[top]
+        total += cost[x]
+        for q in range(dep_ptr[x], dep_ptr[x + 1]):
+            i = dep_idx[q]
+            if not resident[i] and seen[i] != stamp:
+                seen[i] = stamp
+                stack[top] = i
+                top += 1
+    if down:
+        for q in range(user_ptr[v], user_ptr[v + 1]):
+            j = user_idx[q]
+            if j < t and not resident[j] and last_use[j] > t and seen[j] != stamp:
+                seen[j] = stamp
+                stack[top] = j
+                top += 1
+        while top > 0:
+            top -= 1
+            x = stack[top]
+            total += cost[x]
+            for q in range(user_ptr[x], user_ptr[x + 1]):
+                j = user_idx[q]
+                if j < t and not resident[j] and last_use[j] > t and seen[j] != stamp:
+                    seen[j] = stamp
+                    stack[top] = j
+                    top += 1
+    return total
+
+
+@njit(cache=True, nogil=True)
+def _dtr_can_free(i, t, user_ptr, user_idx, resident, last_use):  # pragma: no cover - compiled
+    if last_use[i] > t:
+        return False
+    for q in range(user_ptr[i], user_ptr[i + 1]):
+        j = user_idx[q]
+        if j < t and not resident[j] and last_use[j] > t:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def dtr(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, heuristic, seed,
+        max_computes):  # pragma: no cover - compiled
+    last_use = np.arange(n)
+    for k in range(n):
+        if user_ptr[k + 1] > user_ptr[k]:
+            last_use[k] = user_idx[user_ptr[k + 1] - 1]
+    resident = np.zeros(n, dtype=np.bool_)
+    pins = np.zeros(n, dtype=np.int64)
+    used_stage = np.full(n, -1, dtype=np.int64)
+    computed_stage = np.full(n, -1, dtype=np.int64)
+    retro_stage = np.full(n, -1, dtype=np.int64)
+    last_access = np.zeros(n, dtype=np.int64)
+    parent = np.arange(n)
+    size = np.ones(n, dtype=np.int64)
+    class_cost = np.zeros(n)
+    in_uf = np.zeros(n, dtype=np.bool_)
+    seen = np.zeros(n, dtype=np.int64)
+    stamp = 0
+    stack = np.empty(n + 1, dtype=np.int64)
+    in_need = np.full(n, -1, dtype=np.int64)
+    row = np.empty(n, dtype=np.int64)
+    res_list = np.empty(n, dtype=np.int64)    # the resident values, in no order, and each one's position
+    res_pos = np.full(n, -1, dtype=np.int64)
+    n_res = 0
+    info = np.full(7, -1, dtype=np.int64)
+    info[0] = 0
+    info[5] = 0
+    info[6] = 0
+    R_ptr = np.zeros(n + 1, dtype=np.int64)
+    S_ptr = np.zeros(n + 1, dtype=np.int64)
+    r_cap = max(16, 2 * n)
+    R_idx = np.empty(r_cap, dtype=np.int64)
+    s_cap = max(16, 4 * n)
+    S_idx = np.empty(s_cap, dtype=np.int64)
+    r_size = 0
+    s_size = 0
+    current = np.int64(fixed)
+    clock = np.int64(0)
+    peak = np.int64(-1)
+    computations = np.int64(0)
+    evictions = np.int64(0)
+    for t in range(n):
+        # S[t] candidates: resident now (ascending); filtered at the end of the stage
+        s_start = s_size
+        for v in range(t):
+            if resident[v]:
+                if s_size == s_cap:
+                    s_cap *= 2
+                    grown = np.empty(s_cap, dtype=np.int64)
+                    grown[:s_size] = S_idx[:s_size]
+                    S_idx = grown
+                S_idx[s_size] = v
+                s_size += 1
+        # R[t]: t and its non-resident ancestors through non-resident values
+        m = 0
+        in_need[t] = t
+        stack[0] = t
+        top = 1
+        row[m] = t
+        m += 1
+        while top > 0:
+            top -= 1
+            x = stack[top]
+            for q in range(dep_ptr[x], dep_ptr[x + 1]):
+                i = dep_idx[q]
+                if not resident[i] and in_need[i] != t:
+                    in_need[i] = t
+                    stack[top] = i
+                    top += 1
+                    row[m] = i
+                    m += 1
+        row[:m].sort()
+        for p in range(m):
+            k = row[p]
+            for q in range(dep_ptr[k], dep_ptr[k + 1]):
+                i = dep_idx[q]
+                pins[i] += 1
+                used_stage[i] = t
+        for p in range(m):
+            k = row[p]
+            while current + mem[k] + ws[k] > budget:
+                best = -1
+                best_score = 0.0
+                for e in range(n_res):
+                    v = res_list[e]
+                    if pins[v] != 0 or mem[v] <= 0:
+                        continue
+                    mv = float(mem[v])
+                    stale = float(clock - last_access[v] + 1)
+                    if heuristic == _DTR_H_DTR:
+                        stamp += 1
+                        s = (cost[v] + _dtr_walk(v, t, True, dep_ptr, dep_idx, user_ptr, user_idx, resident,
+                                                 last_use, cost, seen, stamp, stack)) / (mv * stale)
+                    elif heuristic == _DTR_H_DTR_EQ:
+                        stamp += 1
+                        total = cost[v]
+                        for q in range(dep_ptr[v], dep_ptr[v + 1]):
+                            i = dep_idx[q]
+                            if not resident[i]:
+                                r = _uf_find(parent, i)
+                                if seen[r] != stamp:
+                                    seen[r] = stamp
+                                    total += class_cost[r]
+                        for q in range(user_ptr[v], user_ptr[v + 1]):
+                            j = user_idx[q]
+                            if j < t and not resident[j] and last_use[j] > t:
+                                r = _uf_find(parent, j)
+                                if seen[r] != stamp:
+                                    seen[r] = stamp
+                                    total += class_cost[r]
+                        s = total / (mv * stale)
+                    elif heuristic == _DTR_H_DTR_LOCAL:
+                        s = cost[v] / (mv * stale)
+                    elif heuristic == _DTR_LRU:
+                        s = float(last_access[v])
+                    elif heuristic == _DTR_LARGEST:
+                        s = -mv
+                    elif heuristic == _DTR_MSPS:
+                        stamp += 1
+                        s = (cost[v] + _dtr_walk(v, t, False, dep_ptr, dep_idx, user_ptr, user_idx, resident,
+                                                 last_use, cost, seen, stamp, stack)) / mv
+                    else:
+                        s = _dtr_random_key(seed, evictions, v)
+                    if best == -1 or s < best_score or (s == best_score and v < best):
+                        best = v
+                        best_score = s
+                if best == -1:
+                    info[0] = 1
+                    info[1] = t
+                    info[2] = k
+                    info[3] = current + mem[k] + ws[k]
+                    info[5] = computations
+                    info[6] = evictions
+                    return info, R_ptr, R_idx[:r_size].copy(), S_ptr, S_idx[:s_size].copy()
+                resident[best] = False
+                last = res_list[n_res - 1]
+                res_list[res_pos[best]] = last
+                res_pos[last] = res_pos[best]
+                res_pos[best] = -1
+                n_res -= 1
+                current -= mem[best]
+                evictions += 1
+                if computed_stage[best] != t and used_stage[best] != t:
+                    retro_stage[best] = t
+                _dtr_leave(best, t, heuristic, dep_ptr, dep_idx, user_ptr, user_idx, resident, last_use, cost,
+                           parent, size, class_cost, in_uf)
+            if computations == max_computes:
+                info[0] = 2
+                info[1] = t
+                info[2] = k
+                info[3] = current + mem[k] + ws[k]
+                info[5] = computations
+                info[6] = evictions
+                return info, R_ptr, R_idx[:r_size].copy(), S_ptr, S_idx[:s_size].copy()
+            computations += 1
+            clock += 1
+            if heuristic == _DTR_H_DTR_EQ and in_uf[k]:
+                r = _uf_find(parent, k)
+                class_cost[r] -= cost[k]
+            resident[k] = True
+            res_list[n_res] = k
+            res_pos[k] = n_res
+            n_res += 1
+            computed_stage[k] = t
+            last_access[k] = clock
+            current += mem[k]
+            if current + ws[k] > peak:
+                peak = current + ws[k]
+            for q in range(dep_ptr[k], dep_ptr[k + 1]):
+                i = dep_idx[q]
+                last_access[i] = clock
+                pins[i] -= 1
+                if pins[i] == 0 and resident[i] and _dtr_can_free(i, t, user_ptr, user_idx, resident, last_use):
+                    resident[i] = False
+                    last = res_list[n_res - 1]
+                    res_list[res_pos[i]] = last
+                    res_pos[last] = res_pos[i]
+                    res_pos[i] = -1
+                    n_res -= 1
+                    current -= mem[i]
+                    _dtr_leave(i, t, heuristic, dep_ptr, dep_idx, user_ptr, user_idx, resident, last_use, cost,
+                               parent, size, class_cost, in_uf)
+            if pins[k] == 0 and _dtr_can_free(k, t, user_ptr, user_idx, resident, last_use):
+                resident[k] = False
+                last = res_list[n_res - 1]
+                res_list[res_pos[k]] = last
+                res_pos[last] = res_pos[k]
+                res_pos[k] = -1
+                n_res -= 1
+                current -= mem[k]
+                _dtr_leave(k, t, heuristic, dep_ptr, dep_idx, user_ptr, user_idx, resident, last_use, cost,
+                           parent, size, class_cost, in_uf)
+        if r_size + m > r_cap:
+            while r_size + m > r_cap:
+                r_cap *= 2
+            grown = np.empty(r_cap, dtype=np.int64)
+            grown[:r_size] = R_idx[:r_size]
+            R_idx = grown
+        for p in range(m):
+            R_idx[r_size + p] = row[p]
+        r_size += m
+        R_ptr[t + 1] = r_size
+        w = s_start
+        for p in range(s_start, s_size):
+            v = S_idx[p]
+            if retro_stage[v] != t:
+                S_idx[w] = v
+                w += 1
+        s_size = w
+        S_ptr[t + 1] = s_size
+    info[4] = peak
+    info[5] = computations
+    info[6] = evictions
+    return info, R_ptr, R_idx[:r_size].copy(), S_ptr, S_idx[:s_size].copy()

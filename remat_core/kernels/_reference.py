@@ -188,3 +188,254 @@ def path_cuts(n, in_ptr, in_idx, W, cum, first, Rcol, Scol, tol, max_cuts):
             b = int(P[g, a, b])
         row_ptr.append(len(row_idx))
     return viol[keep], np.asarray(row_ptr, dtype=np.int64), np.asarray(row_idx, dtype=np.int64)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Dynamic Tensor Rematerialization (:func:`dtr`)
+# ---------------------------------------------------------------------------------------------------------------
+# Heuristic codes shared by every implementation (remat_core.solvers.dtr maps names to them).
+DTR_H_DTR, DTR_H_DTR_EQ, DTR_H_DTR_LOCAL, DTR_LRU, DTR_LARGEST, DTR_MSPS, DTR_RANDOM = range(7)
+DTR_OK, DTR_NO_FIT, DTR_THRASH = 0, 1, 2
+_M64 = (1 << 64) - 1
+
+
+def dtr_random_key(seed, evictions, v):
+    """The ``random`` heuristic's score of value ``v`` at eviction number ``evictions``: splitmix64's
+    finalizer of ``seed + evictions * 2**32 + v + 1`` (all mod 2**64), its top 53 bits as a float."""
+    z = ((seed + (evictions << 32) + v + 1) * 0x9E3779B97F4A7C15) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    z ^= z >> 31
+    return float(z >> 11)
+
+
+def dtr(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, heuristic, seed, max_computes):
+    """Run DTR's greedy online evictor over the topological order; returns ``(info, R_ptr, R_idx, S_ptr, S_idx)``.
+
+    The graph's nodes are the operator sequence of one training step. The run
+    advances in frontier-advancing stages, so that it is a Checkmate schedule
+    that :func:`simulate` accepts and judges. Stage ``t``:
+
+    1. **What to compute.** ``R[t]`` is ``t`` plus every non-resident value it
+       needs, recursively: a depth-first walk from ``t`` over inputs that are
+       not resident. The nodes are computed in ascending order (a topological
+       order), which is the simulator's order.
+    2. **Pins.** Every input of a node of ``R[t]`` is pinned (one pin per
+       edge) until the node that reads it has run; a pinned value is never
+       evicted. Values resident but not read in this stage are the candidates.
+    3. **Each node ``k`` of ``R[t]``, ascending.** While ``current + mem[k] +
+       ws[k] > budget``, evict the candidate (resident, unpinned, ``mem > 0``)
+       with the lowest score; ties go to the smallest node index. If no
+       candidate is left the run fails (``DTR_NO_FIT``), reporting
+       ``current + mem[k] + ws[k]``. If ``max_computes`` computations were
+       already made, it fails with ``DTR_THRASH``. Otherwise ``k`` is computed:
+       ``clock += 1``; ``current += mem[k]``; the step's memory is ``current
+       + ws[k]`` (the run's peak is the largest); ``k`` and its inputs are
+       accessed at ``clock``. Each input whose last pin this was, and ``k``
+       itself when it is not pinned, is freed if it is dead (no node after
+       ``t`` reads it: ``last_use <= t``; ``last_use`` is the largest reader,
+       or the node itself when nothing reads it) and no evicted reader still
+       read after ``t`` would need it to be recomputed. A dead value that is
+       still needed that way stays resident as an ordinary candidate (freeing
+       it would make the reader's recomputation reach back through every dead
+       ancestor: on an LSTM, the whole forward pass).
+    4. **The schedule.** ``S[t]`` is the set of values resident when stage
+       ``t`` began, minus those evicted during stage ``t`` (they were not read
+       in it, being unpinned: evicting them at the stage boundary is the same
+       plan, and the simulator then never counts them in stage ``t``).
+
+    With that, at every computation the simulator's memory is at most the
+    run's (the run counts an evicted value until its eviction, a dead one
+    until its last read, as the simulator does), so a run that succeeds is a
+    schedule within ``budget``.
+
+    Scores (lower is evicted first) use ``stale = clock - last_access + 1``
+    and ``m = mem`` as floats:
+
+    * ``DTR_H_DTR``: ``(cost[v] + cost of e*(v)) / (m * stale)``. ``e*(v)``,
+      the evicted neighbourhood: the non-resident values reachable from ``v``
+      through inputs (what rematerializing ``v`` would recompute), then the
+      computed, non-resident values still read later (``last_use > t``)
+      reachable through readers (what would need ``v``). Each walk is a
+      depth-first search with an explicit stack, neighbours pushed in
+      ascending order, costs added in the order values are popped.
+    * ``DTR_H_DTR_EQ``: the same with e* approximated by union-find classes
+      (the DTR paper's ``h_DTR_eq``): ``cost[v]`` plus, once per distinct
+      class, the class cost of each non-resident input and of each computed,
+      non-resident reader with ``last_use > t`` (inputs first, ascending).
+      Evicting (or freeing) ``v`` adds ``cost[v]`` to its class (a new
+      singleton the first time) and merges it with those neighbours' classes
+      (the larger class's root survives, the smaller root on ties; costs
+      added); computing ``v`` again subtracts ``cost[v]`` from its class,
+      which is not split.
+    * ``DTR_H_DTR_LOCAL``: ``cost[v] / (m * stale)``.
+    * ``DTR_LRU``: ``last_access`` (the stalest first).
+    * ``DTR_LARGEST``: ``-m``.
+    * ``DTR_MSPS``: ``(cost[v] + cost of the non-resident ancestors walk) / m``
+      (the recompute cost per byte freed).
+    * ``DTR_RANDOM``: :func:`dtr_random_key` of ``(seed, evictions so far, v)``.
+
+    ``info`` is ``[code, fail_stage, fail_node, fail_need_bytes, peak,
+    computations, evictions]``; ``code`` is ``DTR_OK``, ``DTR_NO_FIT`` or
+    ``DTR_THRASH``. On failure the schedule arrays are incomplete.
+    """
+    dep_ptr, dep_idx, user_ptr, user_idx = (a.tolist() for a in (dep_ptr, dep_idx, user_ptr, user_idx))
+    mem, ws, cost = mem.tolist(), ws.tolist(), cost.tolist()
+    fixed, budget, seed, max_computes = int(fixed), int(budget), int(seed), int(max_computes)
+    inputs = [dep_idx[dep_ptr[k]:dep_ptr[k + 1]] for k in range(n)]
+    readers = [user_idx[user_ptr[k]:user_ptr[k + 1]] for k in range(n)]
+    last_use = [rs[-1] if rs else k for k, rs in enumerate(readers)]
+    resident = [False] * n
+    pins = [0] * n
+    used_stage = [-1] * n         # == t when some node of R[t] reads it
+    computed_stage = [-1] * n
+    last_access = [0] * n
+    parent, size, class_cost, in_uf = list(range(n)), [1] * n, [0.0] * n, [False] * n
+    info = [DTR_OK, -1, -1, -1, -1, 0, 0]
+    R_ptr, R_idx, S_ptr, S_idx = [0], [], [0], []
+    current, clock, peak = fixed, 0, -1
+
+    def find(x):
+        root = x
+        while parent[root] != root:
+            root = parent[root]
+        while parent[x] != root:
+            parent[x], x = root, parent[x]
+        return root
+
+    def union(a, b):
+        ra, rb = find(a), find(b)
+        if ra == rb:
+            return
+        if size[ra] < size[rb] or (size[ra] == size[rb] and rb < ra):
+            ra, rb = rb, ra
+        parent[rb] = ra
+        size[ra] += size[rb]
+        class_cost[ra] += class_cost[rb]
+
+    def evicted_reader(j, t):   # a computed, non-resident value still read after stage t
+        return j < t and not resident[j] and last_use[j] > t
+
+    def can_free(i, t):         # dead, and no evicted value still read later needs it to be recomputed
+        return last_use[i] <= t and not any(evicted_reader(j, t) for j in readers[i])
+
+    def leave(v, t):            # v stops being resident (evicted or dead): the classes of h_dtr_eq
+        if heuristic != DTR_H_DTR_EQ:
+            return
+        if not in_uf[v]:
+            in_uf[v], class_cost[v] = True, cost[v]
+        else:
+            class_cost[find(v)] += cost[v]
+        for i in inputs[v]:
+            if not resident[i]:
+                union(v, i)
+        for j in readers[v]:
+            if evicted_reader(j, t):
+                union(v, j)
+
+    def walk_cost(v, t, down):  # cost of the non-resident ancestors of v (then, if down, of the evicted readers)
+        seen = {v}
+        total = 0.0
+        stack = [i for i in inputs[v] if not resident[i]]
+        seen.update(stack)
+        while stack:
+            x = stack.pop()
+            total += cost[x]
+            for i in inputs[x]:
+                if not resident[i] and i not in seen:
+                    seen.add(i)
+                    stack.append(i)
+        if down:
+            stack = [j for j in readers[v] if evicted_reader(j, t) and j not in seen]
+            seen.update(stack)
+            while stack:
+                x = stack.pop()
+                total += cost[x]
+                for j in readers[x]:
+                    if evicted_reader(j, t) and j not in seen:
+                        seen.add(j)
+                        stack.append(j)
+        return total
+
+    def score(v, t):
+        m, stale = float(mem[v]), float(clock - last_access[v] + 1)
+        if heuristic == DTR_H_DTR:
+            return (cost[v] + walk_cost(v, t, True)) / (m * stale)
+        if heuristic == DTR_H_DTR_EQ:
+            total, roots = cost[v], set()
+            for x in [i for i in inputs[v] if not resident[i]] + [j for j in readers[v] if evicted_reader(j, t)]:
+                r = find(x)
+                if r not in roots:
+                    roots.add(r)
+                    total += class_cost[r]
+            return total / (m * stale)
+        if heuristic == DTR_H_DTR_LOCAL:
+            return cost[v] / (m * stale)
+        if heuristic == DTR_LRU:
+            return float(last_access[v])
+        if heuristic == DTR_LARGEST:
+            return -m
+        if heuristic == DTR_MSPS:
+            return (cost[v] + walk_cost(v, t, False)) / m
+        return dtr_random_key(seed, info[6], v)
+
+    def fail(code, t, k, need):
+        info[0:4] = [code, t, k, need]
+        return tuple(np.asarray(a, dtype=np.int64) for a in (info, R_ptr, R_idx, S_ptr, S_idx))
+
+    for t in range(n):
+        kept = [v for v in range(t) if resident[v]]
+        retro = set()
+        need, stack = {t}, [t]
+        while stack:
+            for i in inputs[stack.pop()]:
+                if not resident[i] and i not in need:
+                    need.add(i)
+                    stack.append(i)
+        row = sorted(need)
+        for k in row:
+            for i in inputs[k]:
+                pins[i] += 1
+                used_stage[i] = t
+        for k in row:
+            while current + mem[k] + ws[k] > budget:
+                best, best_score = -1, 0.0
+                for v in range(n):
+                    if resident[v] and pins[v] == 0 and mem[v] > 0:
+                        s = score(v, t)
+                        if best == -1 or s < best_score:
+                            best, best_score = v, s
+                if best == -1:
+                    return fail(DTR_NO_FIT, t, k, current + mem[k] + ws[k])
+                resident[best] = False
+                current -= mem[best]
+                info[6] += 1
+                if computed_stage[best] != t and used_stage[best] != t:
+                    retro.add(best)
+                leave(best, t)
+            if info[5] == max_computes:
+                return fail(DTR_THRASH, t, k, current + mem[k] + ws[k])
+            info[5] += 1
+            clock += 1
+            if heuristic == DTR_H_DTR_EQ and in_uf[k]:
+                class_cost[find(k)] -= cost[k]
+            resident[k], computed_stage[k], last_access[k] = True, t, clock
+            current += mem[k]
+            peak = max(peak, current + ws[k])
+            for i in inputs[k]:
+                last_access[i] = clock
+                pins[i] -= 1
+                if pins[i] == 0 and resident[i] and can_free(i, t):
+                    resident[i] = False
+                    current -= mem[i]
+                    leave(i, t)
+            if pins[k] == 0 and can_free(k, t):
+                resident[k] = False
+                current -= mem[k]
+                leave(k, t)
+        R_idx.extend(row)
+        R_ptr.append(len(R_idx))
+        S_idx.extend(v for v in kept if v not in retro)
+        S_ptr.append(len(S_idx))
+    info[4] = peak
+    return tuple(np.asarray(a, dtype=np.int64) for a in (info, R_ptr, R_idx, S_ptr, S_idx))

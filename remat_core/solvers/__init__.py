@@ -33,6 +33,10 @@ log = logging.getLogger(__name__)
 
 MethodFn = Callable[..., RematResult]
 
+#: The relative gap within which an ``OPTIMAL`` result's cost must lie above its lower bound when the method
+#: does not say (``stats["mip_rel_gap"]``): the MILP solvers' default.
+DEFAULT_OPTIMAL_GAP = 1e-4
+
 # name -> "module:function" or a callable; preference order for listings
 _METHODS: dict[str, str | MethodFn] = {
     "ilp": "remat_core.solvers.ilp:solve_ilp",
@@ -47,6 +51,7 @@ _METHODS: dict[str, str | MethodFn] = {
     "linearized-greedy": "remat_core.solvers.baselines:solve_linearized_greedy",
     "rotor": "remat_core.solvers.rotor:solve_rotor",
     "auto": "remat_core.solvers.auto:solve_auto",
+    "dtr": "remat_core.solvers.dtr:solve_dtr",
 }
 
 
@@ -174,8 +179,11 @@ def verify_result(graph: Graph, result: RematResult) -> RematResult:
     Raises
     ------
     ScheduleVerificationError
-        If the schedule is over ``result.budget_bytes``, or the status does not
-        match the presence of a schedule.
+        If the schedule is over ``result.budget_bytes``, the status does not
+        match the presence of a schedule, the lower bound is above the cost,
+        or the status is ``OPTIMAL`` with a cost further above the lower
+        bound than the relative gap ``result.stats["mip_rel_gap"]``
+        (:data:`DEFAULT_OPTIMAL_GAP` when absent).
     """
     budget = result.budget_bytes
     if result.schedule is None:
@@ -206,6 +214,13 @@ def verify_result(graph: Graph, result: RematResult) -> RematResult:
     if result.lower_bound is not None and result.lower_bound > sim.total_cost * (1 + 1e-6) + 1e-9:
         raise ScheduleVerificationError(
             f"method {result.method!r} claims lower bound {result.lower_bound} above its own cost {sim.total_cost}"
+        )
+    gap = result.stats.get("mip_rel_gap", DEFAULT_OPTIMAL_GAP)
+    if (result.status is SolveStatus.OPTIMAL and result.lower_bound is not None
+            and sim.total_cost - result.lower_bound > gap * abs(sim.total_cost) + 1e-6 * max(1.0, abs(sim.total_cost))):
+        raise ScheduleVerificationError(
+            f"method {result.method!r} reported optimal at cost {sim.total_cost}, but its lower bound "
+            f"{result.lower_bound} is further below than the relative gap {gap}"
         )
     result.stats.setdefault("recomputations", sim.recompute_count)
     return result
