@@ -177,7 +177,7 @@ def render(raw, limit, command, machine) -> str:
         "of it is included in the time. *ilp, search=\"milp\"* is the same with HiGHS's MILP alone (one core). "
         "*paper* runs with HiGHS's default options, as Checkmate does; *strong* and *ilp default* with the "
         "strong formulation's default `mip_pscost_minreliable=0` (the paper formulation with that option was "
-        "slower on linear(16): not solved in 200 s, see `docs/formulation.rst`). The second speed-up column "
+        "slower on linear(16): not solved in 200 s, see `experiments/README.md`, tuning history). The second speed-up column "
         "compares the shipped method, warm start included, with the paper formulation from nothing: that is "
         "the user-visible gain, not the formulation's alone. *strong* includes the root rounds (`cuts=True`, "
         "the default), their separation time included; the column before it is the same solve with "

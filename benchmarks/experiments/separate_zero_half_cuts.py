@@ -13,7 +13,7 @@ With ``--knapsack-rows`` the program first gets one pure-binary row per stage
 ``t``: the values kept into stage ``t + 1`` other than ``t`` and its inputs fit
 in the memory that the compute instant of ``t`` leaves (every schedule meets it;
 the strong LP implies it, HiGHS sees it only through continuous columns).
-A prototype for a question, not shipped: see ``docs/formulation.rst``.
+A prototype for a question, not shipped: see the tuning history in this folder's ``README.md``.
 
     python benchmarks/experiments/separate_zero_half_cuts.py                    # linear(8) at 4, 10 rounds
     python benchmarks/experiments/separate_zero_half_cuts.py --knapsack-rows

@@ -233,7 +233,7 @@ def test_threads_can_change_between_searches():
 def test_the_knapsack_and_cover_rows_stay_out_of_the_search_lps():
     """They feed a MILP solver's cover cuts and the root bound; in this search's LPs they moved the optima to
     other vertices: random(10) at 60 took 305 nodes instead of 20 with the knapsack rows, random(16, seed 3)
-    at 87 969 instead of 583 with the cover rows (docs/formulation.rst)."""
+    at 87 969 instead of 583 with the cover rows (benchmarks/experiments/README.md)."""
     from remat_core.formulation.cuts import without_family
 
     g, budget = random_training_graph(10, 2, seed=2), 60
