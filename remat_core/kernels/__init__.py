@@ -8,6 +8,11 @@ not available raises :class:`~remat_core.errors.UnknownMethodError` listing
 those that are. By default the first implementation that imports is used and
 the others are not imported (numba's import alone takes about 0.13 s, which
 the portfolio's child process would pay before its first node).
+
+The kernels import nothing of the project but its errors: they take and
+return contiguous int64 / float64 arrays (a graph's CSR adjacency, a
+schedule's CSR rows), never a ``Graph`` or a ``Schedule``, so that the three
+implementations share one signature and any layer of the core may call them.
 """
 
 from __future__ import annotations

@@ -10,6 +10,14 @@ own word is never trusted). A schedule over its budget raises
 
 Methods live in ``_METHODS`` (name -> ``"module:function"``, imported on first
 use) so that importing :mod:`remat_core` loads no solver library.
+
+The package holds one module per method (``checkpoint_all``, ``baselines``,
+``griewank``, ``rotor``, ``dtr``, ``lp_rounding``, ``ilp``, ``auto``),
+``ilp``'s own searches (``branch_and_cut``; ``portfolio`` with its child
+process, ``_portfolio_worker``) and ``backends`` (one module per MILP
+library). A solver may import any core module below it (graph, schedule,
+simulate, plan, units, formulation, kernels, chain) and imports its solver
+library inside the function that uses it; no module below imports a solver.
 """
 
 from __future__ import annotations
