@@ -27,8 +27,9 @@ __all__ = ["solve_ilp", "warm_start_schedule"]
 
 log = logging.getLogger(__name__)
 
-#: Methods never used to warm-start the MILP (this one, and those that solve an LP themselves).
-_NOT_FOR_WARM_START = frozenset({"ilp", "lp-rounding"})
+#: Methods never used to warm-start the MILP (this one, those that solve an LP themselves, and ``auto``,
+#: which runs this one).
+_NOT_FOR_WARM_START = frozenset({"ilp", "lp-rounding", "auto"})
 #: Share of what is left of ``time_limit_s`` that lp-rounding may use as a warm start; the MILP gets the rest.
 #: lp-rounding checks its limit between LP solves and usually stops well before it.
 _LP_ROUNDING_TIME_SHARE = 0.5
@@ -87,6 +88,8 @@ _RENS_TIME_S, _RENS_TIME_SHARE, _INTEGRAL_TOL = 3.0, 0.1, 1e-6
 _SMALL_PROGRAM_INTEGER = 400
 _RENS_WHOLE_OPTIONS = {"mip_max_nodes": 1}
 
+#: The relative gap at which HiGHS and CBC stop when ``mip_rel_gap`` is None (their default).
+_BACKEND_DEFAULT_GAP = 1e-4
 #: Values of ``solve_ilp``'s ``search``.
 _SEARCHES = ("auto", "milp", "branch-and-cut", "portfolio")
 #: What ``solver_options`` may hold with ``search="branch-and-cut"``.
@@ -369,6 +372,11 @@ def _proven_bound(graph: Graph, lp_bound: float) -> float:
     return lp_bound
 
 
+def _effective_gap(mip_rel_gap: float | None) -> float:
+    """The relative gap a solver stops at: ``mip_rel_gap``, or the backends' default (HiGHS's and CBC's 1e-4)."""
+    return _BACKEND_DEFAULT_GAP if mip_rel_gap is None else float(mip_rel_gap)
+
+
 def _meets(cost: float, bound: float, mip_rel_gap: float | None) -> bool:
     """Whether ``cost`` is within ``mip_rel_gap`` of the lower ``bound`` (HiGHS's gap: relative to the cost)."""
     return cost - bound <= (mip_rel_gap or 0.0) * abs(cost) + 1e-9
@@ -542,7 +550,8 @@ def solve_ilp(
         two_cores = (threads is None and cpu_count() >= 2) or (threads is not None and threads >= 2)
         search = "portfolio" if (backend == "highs" and formulation == "strong" and two_cores
                                  and graph.n <= _CUTS_MAX_NODES) else "milp"
-    stats: dict[str, Any] = {"backend": backend, "formulation": formulation, "search": search}
+    stats: dict[str, Any] = {"backend": backend, "formulation": formulation, "search": search,
+                             "mip_rel_gap": _effective_gap(mip_rel_gap)}   # what OPTIMAL means (verify_result)
 
     relaxation = None   # (program, LP result, LP sequence) of the strong root LP, once solved
     trivial = trivial_result(graph, budget_bytes, backend, stats)
@@ -799,10 +808,11 @@ def _search(graph: Graph, budget_bytes: int, sf, warm: Schedule | None, lp_bound
     if bound is not None:
         bound = min(bound, cost)
         stats["gap"] = _gap(cost, bound)
-    status = SolveStatus.OPTIMAL if out.status is SolveStatus.OPTIMAL and not stats.get("returned_warm_start") \
+    # OPTIMAL only when the simulated cost of the schedule returned is within the gap of a valid bound: the
+    # solver's word alone is not enough (its status is about the objective it reports, which may not be its
+    # point's; see remat_core.solvers.backends.checked)
+    status = SolveStatus.OPTIMAL if bound is not None and _meets(cost, bound, _effective_gap(mip_rel_gap)) \
         else SolveStatus.FEASIBLE
-    if bound is not None and _meets(cost, bound, mip_rel_gap):
-        status = SolveStatus.OPTIMAL   # e.g. the warm start, proven by the solver's bound or by the LP's
     message = "optimal" if status is SolveStatus.OPTIMAL else \
         f"best schedule when the solver stopped ({out.stats.get('backend_status', out.status.value)})"
     return RematResult(status=status, schedule=schedule, lower_bound=bound, backend=backend,

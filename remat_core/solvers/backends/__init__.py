@@ -22,7 +22,7 @@ import scipy.sparse as sp
 from ...errors import UnknownMethodError
 from ...schedule import SolveStatus
 
-__all__ = ["BackendResult", "BACKENDS", "available_backends", "get_backend", "lp_sequence", "solve_arrays"]
+__all__ = ["BackendResult", "BACKENDS", "checked", "available_backends", "get_backend", "lp_sequence", "solve_arrays"]
 
 
 @dataclass
@@ -50,6 +50,24 @@ class BackendResult:
     objective: float | None = None
     bound: float | None = None
     stats: dict[str, Any] = field(default_factory=dict)
+
+
+def checked(result: BackendResult, c: np.ndarray) -> BackendResult:
+    """``result`` if its ``objective`` is ``c @ x``, else the same point as ``FEASIBLE`` with no bound.
+
+    A solver's status and bound are about the objective value it reports;
+    when that value is not the returned point's (HiGHS 1.16 with its presolve
+    on may take a start's value in the presolved program for its value in the
+    original one, ``docs/reliability.rst``), neither is trusted: the point is
+    still feasible, but nothing is proven about it.
+    """
+    if result.x is None or result.objective is None:
+        return result
+    actual = float(np.asarray(c, dtype=np.float64) @ result.x)
+    if abs(actual - result.objective) <= 1e-6 * max(1.0, abs(actual)):
+        return result
+    stats = dict(result.stats, objective_mismatch={"reported": result.objective, "of_point": actual})
+    return BackendResult(status=SolveStatus.FEASIBLE, x=result.x, objective=actual, bound=None, stats=stats)
 
 
 # name -> (module path, library it needs); preference order

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 
 import numpy as np
@@ -11,6 +12,8 @@ import scipy.sparse as sp
 from ...errors import SolverError
 from ...schedule import SolveStatus
 from . import BackendResult
+
+log = logging.getLogger(__name__)
 
 # HighsModelStatus name -> our status (None: an error)
 _STATUS = {
@@ -115,6 +118,12 @@ def _run(h, is_mip: bool) -> BackendResult:
     info = h.getInfo()
     has_x = info.primal_solution_status == highspy.SolutionStatus.kSolutionStatusFeasible
     x = np.asarray(h.getSolution().col_value, dtype=np.float64) if has_x else None
+    if x is None and name == "kModelEmpty":   # no rows: every column at its bound of least cost (HiGHS gives none)
+        lp = h.getLp()
+        cost, lo, hi = (np.asarray(v, dtype=np.float64) for v in (lp.col_cost_, lp.col_lower_, lp.col_upper_))
+        x = np.where(cost > 0, lo, np.where(cost < 0, hi, np.clip(0.0, lo, hi)))
+        if not np.all(np.isfinite(x)):
+            raise SolverError("HiGHS: an empty model with an unbounded column")
     stats = {"backend_status": h.modelStatusToString(model_status), "time_s": elapsed}
     bound = None
     if is_mip:
@@ -124,6 +133,8 @@ def _run(h, is_mip: bool) -> BackendResult:
     else:
         stats["simplex_iterations"] = int(info.simplex_iteration_count)
     objective = float(info.objective_function_value) if x is not None else None
+    if name == "kModelEmpty" and x is not None:
+        objective = float(np.asarray(h.getLp().col_cost_, dtype=np.float64) @ x)
     if ours is SolveStatus.NO_SOLUTION and x is not None:
         ours = SolveStatus.FEASIBLE
     if ours is SolveStatus.OPTIMAL:
@@ -152,6 +163,48 @@ def solve(c, A, row_lo, row_hi, col_lo, col_hi, integrality, *, time_limit_s=Non
     it without a word (seen with HiGHS 1.15 on random(16 layers, seed 3) at
     87 units): ``supply`` is reliable with ``options={"presolve": "off"}``.
     """
+    from . import checked
+
+    args = (c, A, row_lo, row_hi, col_lo, col_hi, integrality)
+    out = _solve_once(*args, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap, threads=threads, verbose=verbose,
+                      start=start, options=options, interrupt=interrupt, supply=supply, report=report)
+    verified = checked(out, c)
+    if verified is out:
+        return out
+    # HiGHS's objective is not its point's: with presolve on, HiGHS 1.16 may map an outside solution (the start,
+    # or one from ``supply``) into the presolved program, where its reductions give it a lower value than it
+    # has, take that value for its incumbent's, and then report "Optimal" with the outside point, which the
+    # true optimum beats (docs/reliability.rst). Solved again without outside points, then with presolve off.
+    log.info("HiGHS reported objective %.9g for a point of objective %.9g; solving again without the start",
+                out.objective, verified.objective)
+    spent = out.stats.get("time_s", 0.0)
+    for retry in ({}, {"presolve": "off"}):
+        left = None if time_limit_s is None else float(time_limit_s) - spent
+        if left is not None and left <= 0:
+            break
+        again = _solve_once(*args, time_limit_s=left, mip_rel_gap=mip_rel_gap, threads=threads, verbose=verbose,
+                            start=None, options={**(options or {}), **retry}, interrupt=interrupt, supply=None,
+                            report=report)
+        spent += again.stats.get("time_s", 0.0)
+        checked_again = checked(again, c)
+        if checked_again is again:
+            if again.status is SolveStatus.INFEASIBLE:   # contradicts the feasible point in hand: nothing proven
+                break
+            if again.x is None or verified.objective < again.objective - 1e-9:
+                # the outside point is still the cheaper one: kept, with the bound of the consistent run
+                bound = None if again.bound is None else min(again.bound, verified.objective)
+                again = BackendResult(status=SolveStatus.FEASIBLE, x=verified.x, objective=verified.objective,
+                                      bound=bound, stats=again.stats)
+            again.stats["objective_mismatch"] = verified.stats["objective_mismatch"]
+            again.stats["time_s"] = spent
+            return again
+    verified.stats["time_s"] = spent
+    return verified
+
+
+def _solve_once(c, A, row_lo, row_hi, col_lo, col_hi, integrality, *, time_limit_s, mip_rel_gap, threads, verbose,
+                start, options, interrupt, supply, report) -> BackendResult:
+    """One HiGHS run of :func:`solve` (its result as HiGHS reports it)."""
     import highspy
 
     h = highspy.Highs()
