@@ -8,7 +8,7 @@ import numpy as np
 
 from ...errors import SolverError
 from ...schedule import SolveStatus
-from . import BackendResult
+from . import BackendResult, checked
 
 # mip.OptimizationStatus name -> our status (None: an error)
 _STATUS = {
@@ -100,4 +100,5 @@ def solve(c, A, row_lo, row_hi, col_lo, col_hi, integrality, *, time_limit_s=Non
         raise SolverError("CBC reported optimal without a solution")
     if ours is SolveStatus.OPTIMAL and bound is None:
         bound = objective
-    return BackendResult(status=ours, x=x, objective=objective, bound=bound, stats=stats)
+    # a status and bound are about the reported objective: not trusted when it is not the point's
+    return checked(BackendResult(status=ours, x=x, objective=objective, bound=bound, stats=stats), c)

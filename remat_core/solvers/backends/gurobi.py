@@ -8,7 +8,7 @@ import numpy as np
 
 from ...errors import SolverError
 from ...schedule import SolveStatus
-from . import BackendResult
+from . import BackendResult, checked
 
 # gurobipy.GRB.Status code -> our status (None: an error)
 _STATUS = {
@@ -81,4 +81,4 @@ def solve(c, A, row_lo, row_hi, col_lo, col_hi, integrality, *, time_limit_s=Non
         bound = objective
     if ours is SolveStatus.NO_SOLUTION and sol is not None:
         ours = SolveStatus.FEASIBLE
-    return BackendResult(status=ours, x=sol, objective=objective, bound=bound, stats=stats)
+    return checked(BackendResult(status=ours, x=sol, objective=objective, bound=bound, stats=stats), c)
