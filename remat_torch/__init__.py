@@ -21,10 +21,31 @@ never imports it. It holds no solver logic: a plan comes from the core, and
 this package only turns a model into a graph and a plan into a training step.
 """
 
-from .api import BudgetInfeasibleError, RematModule, rematerialize, resolve_budget, train_step
-from .execute import Executor
-from .extract import GRANULARITIES, ExtractedGraph, UnsupportedModelError, extract_graph
-from .profile import COST_MODELS, node_costs
+import torch as _torch
+
+#: The torch versions this adapter is tested with (the ``torch`` extra of pyproject.toml declares the same).
+TORCH_VERSIONS = ((2, 13), (2, 14))
+
+
+def _check_torch_version(version: str) -> None:
+    """Refuse a torch outside :data:`TORCH_VERSIONS`: the adapter reads AOTAutograd internals."""
+    import re
+
+    m = re.match(r"^(\d+)\.(\d+)", version)
+    lo, hi = TORCH_VERSIONS
+    if m is None or not lo <= (int(m.group(1)), int(m.group(2))) < hi:
+        raise ImportError(
+            f"remat_torch needs torch>={lo[0]}.{lo[1]},<{hi[0]}.{hi[1]} (the versions it is tested with: it reads "
+            f"AOTAutograd's joint graph and fake-tensor internals, which change between releases); found torch "
+            f"{version}. Install a supported torch, e.g. `pip install 'torch>={lo[0]}.{lo[1]},<{hi[0]}.{hi[1]}'`")
+
+
+_check_torch_version(_torch.__version__)
+
+from .api import BudgetInfeasibleError, RematModule, rematerialize, resolve_budget, train_step  # noqa: E402
+from .execute import Executor  # noqa: E402
+from .extract import GRANULARITIES, ExtractedGraph, UnsupportedModelError, extract_graph  # noqa: E402
+from .profile import COST_MODELS, node_costs  # noqa: E402
 
 __all__ = [
     "extract_graph", "ExtractedGraph", "UnsupportedModelError", "GRANULARITIES",

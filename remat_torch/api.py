@@ -2,32 +2,47 @@
 
 from __future__ import annotations
 
+import collections
+import hashlib
+import inspect
+import json
 import logging
+import os
+import time
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
 
-from remat_core import RematResult, checkpoint_all_peak_bytes, make_plan, solve
-from remat_core.errors import BudgetInfeasibleError, RematError
+from remat_core import RematResult, Schedule, SolveStatus, make_plan, simulate, solve
+from remat_core.errors import BudgetInfeasibleError, RematError, UnknownMethodError
+from remat_core.units import budget_fraction, format_bytes, min_budget_bytes
+from remat_core.units import resolve_budget as _resolve_budget
 
 from .execute import Executor
-from .extract import ExtractedGraph, _as_tuple_inputs, extract_graph
+from .extract import GRANULARITIES, CallSpec, ExtractedGraph, _as_tuple_inputs, extract_graph
+from .guards import AttributeSnapshot, call_signature
 
-__all__ = ["rematerialize", "RematModule", "train_step", "resolve_budget", "BudgetInfeasibleError"]
+__all__ = ["rematerialize", "RematModule", "train_step", "resolve_budget", "BudgetInfeasibleError",
+           "PLAN_FORMAT"]
 
 log = logging.getLogger(__name__)
 
+#: The ``format`` field of a saved plan file.
+PLAN_FORMAT = "remat-torch-plan"
+_PLAN_VERSION = 1
+#: With ``granularity="auto"``, the op-level graph is used when ``auto``'s size rule gives it to a
+#: formulation-based method (``ilp`` or ``lp-rounding``); otherwise the module-level graph.
+AUTO_GRANULARITIES = ("op", "module")
+
 
 def resolve_budget(graph, budget: Any) -> int:
-    """Turn ``budget`` into bytes.
+    """Total device bytes for ``budget`` on ``graph``: :func:`remat_core.units.resolve_budget`.
 
-    An ``int`` is a number of bytes (total, fixed bytes included); a ``float``
-    in ``(0, 1]`` is a fraction of the checkpoint-all peak of ``graph``.
-
-    Raises
-    ------
-    TypeError, ValueError
-        If ``budget`` is neither.
+    An ``int`` or a size string (``"8GiB"``) is total bytes, fixed bytes
+    included; a ``float`` in ``[0, 1]`` is a fraction of *activation* memory
+    (``fixed + f * (checkpoint-all peak - fixed)``).
 
     Examples
     --------
@@ -35,21 +50,75 @@ def resolve_budget(graph, budget: Any) -> int:
     >>> resolve_budget(linear_graph(3), 5), resolve_budget(linear_graph(3), 1.0)
     (5, 5)
     """
-    import numbers
+    return _resolve_budget(graph, budget)
 
-    if isinstance(budget, bool) or not isinstance(budget, numbers.Real):
-        raise TypeError(f"`budget` must be bytes (int) or a fraction (float in (0, 1]); got {budget!r}")
-    if isinstance(budget, numbers.Integral):
-        if budget <= 0:
-            raise ValueError(f"`budget` must be positive; got {budget}")
-        return int(budget)
-    if not 0.0 < float(budget) <= 1.0:
-        raise ValueError(f"`budget` as a fraction of the checkpoint-all peak must be in (0, 1]; got {budget}")
-    return max(1, int(float(budget) * checkpoint_all_peak_bytes(graph)))
+
+@dataclass
+class _Settings:
+    budget: Any
+    method: str
+    granularity: str
+    blocks: Any
+    cost_model: str
+    autocast_dtype: Any
+    hoist: bool
+    measure: bool
+    solver_options: dict
+    time_limit_s: float | None
+    workspace: str | None
+    max_plans: int
+
+
+class _Specialization:
+    """One plan: the graph traced for one kind of call, its schedule and executor."""
+
+    def __init__(self, eg: ExtractedGraph, result: RematResult, plan, measure: bool, attrs: tuple):
+        self.eg = eg
+        self.result = result
+        self.plan = plan
+        self.executor = Executor(eg, plan, measure=measure)
+        self.attrs = attrs
+        self.fingerprint = graph_fingerprint(eg)
+
+
+def graph_fingerprint(eg: ExtractedGraph) -> str:
+    """SHA-256 of what a plan depends on: the graph's structure, sizes, ops, dtypes and shapes.
+
+    Costs and measured workspaces are left out (they vary between runs), so a
+    plan made in one process is recognised in another.
+    """
+    g = eg.graph
+    h = hashlib.sha256()
+
+    def put(x):
+        h.update(repr(x).encode())
+        h.update(b"\0")
+
+    put((PLAN_FORMAT, _PLAN_VERSION, g.meta.get("model"), eg.granularity, g.n, int(g.fixed_bytes)))
+    put([list(map(int, d)) for d in g.deps])
+    put(np.asarray(g.memory_bytes, dtype=np.int64).tolist())
+    put(np.asarray(g.is_backward, dtype=bool).tolist())
+    put([grp.ops for grp in eg.groups])
+    put(eg.param_names)
+    put(eg.buffer_names)
+    put(eg.tangent_meta)
+    put([str(t) for t in eg.input_requires_grad])
+    put(g.meta.get("input_shapes"))
+    put(repr(eg.call.spec) if eg.call is not None else None)
+    put(eg.call.template if eg.call is not None else None)
+    put(eg.out_template)
+    put(str(eg.autocast_dtype))
+    return h.hexdigest()
+
+
+def _describe(eg: ExtractedGraph) -> str:
+    shapes = eg.graph.meta.get("input_shapes")
+    return (f"{eg.graph.meta.get('model')} with tensor inputs of shapes {shapes}, "
+            f"granularity {eg.granularity!r}, {eg.graph.n} nodes")
 
 
 class _RematFunction:
-    """Holder of the autograd.Function (created lazily: torch is imported on use)."""
+    """Holder of the autograd.Function (created once)."""
 
     cls = None
 
@@ -57,19 +126,19 @@ class _RematFunction:
     def get(cls):
         if cls.cls is not None:
             return cls.cls
-        import torch
 
         class RematFunction(torch.autograd.Function):
             @staticmethod
-            def forward(ctx, module, n_params, *tensors):
-                ex: Executor = module._executor
+            def forward(ctx, owner, spec, n_params, *tensors):
+                ex: Executor = spec.executor
                 params, inputs = tensors[:n_params], tensors[n_params:]
-                buffers = [b for _, b in module.module.named_buffers()]
+                buffers = [b for _, b in owner.module.named_buffers()]
                 st = ex.begin(params, buffers, inputs)
                 ex.run_forward(st)
-                ex.apply_buffer_updates(module.module, st)
+                ex.apply_buffer_updates(owner.module, st)
                 outs = ex.user_outputs(st)
-                ctx.module = module
+                ctx.owner = owner
+                ctx.spec = spec
                 ctx.state = st
                 ctx.n_params = n_params
                 ctx.input_needs = [x.requires_grad for x in inputs]
@@ -81,8 +150,8 @@ class _RematFunction:
 
             @staticmethod
             def backward(ctx, *grad_outputs):
-                module = ctx.module
-                ex: Executor = module._executor
+                spec = ctx.spec
+                ex: Executor = spec.executor
                 st = ctx.state
                 ctx.state = None
                 if st is None:
@@ -95,81 +164,396 @@ class _RematFunction:
                 pg = grads[:ctx.n_params]
                 ig = grads[ctx.n_params + n_b:]
                 ig = [g if need else None for g, need in zip(ig, ctx.input_needs)]
-                module.last_peak_bytes = ex.peak_bytes
-                return (None, None, *pg, *ig)
+                ctx.owner.last_peak_bytes = ex.peak_bytes
+                return (None, None, None, *pg, *ig)
 
         cls.cls = RematFunction
         return RematFunction
 
 
+def _defaults_for(model) -> dict:
+    """Keyword arguments added to every call: ``use_cache=False`` where ``forward`` takes ``use_cache``.
+
+    A key/value cache is for generation; in training it only keeps every
+    layer's keys and values alive, and Hugging Face's own gradient
+    checkpointing turns it off the same way.
+    """
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {"use_cache": False} if "use_cache" in params else {}
+
+
 class RematModule(torch.nn.Module):
     """A module whose training forward and backward follow a rematerialization plan.
 
-    In training mode with grad enabled, ``forward`` runs the plan's forward
-    stages inside a ``torch.autograd.Function`` and ``backward`` runs the
-    remaining stages; parameter gradients reach ``.grad`` through autograd,
-    so any optimizer works unchanged. In ``eval()`` mode or under
-    ``torch.no_grad()`` it calls the wrapped module directly.
+    In training mode with grad enabled, ``forward(*args, **kwargs)`` runs the
+    plan's forward stages inside a ``torch.autograd.Function`` and
+    ``backward`` runs the remaining stages; parameter gradients reach
+    ``.grad`` through autograd, so any optimizer works unchanged. It returns
+    the wrapped model's own output structure (a tuple, a dict, a Hugging Face
+    ``ModelOutput``...). In ``eval()`` mode or under ``torch.no_grad()`` it
+    calls the wrapped module directly.
+
+    A plan is specialized to what tracing saw; each call is checked against it
+    and gets the plan made for it: the structure of the call and the shapes,
+    dtypes, devices and ``requires_grad`` flags of its tensors, the values of
+    its non-tensor arguments, the autocast setting, every submodule's
+    ``training`` flag and plain attributes, and the values that tracing read
+    from tensors (see :mod:`remat_torch.guards`). A call that matches no plan
+    is traced and solved on first sight (a smaller last batch just works);
+    plans are kept in a least-recently-used cache of ``max_plans`` entries.
+
+    Attributes of the wrapped model that this module does not have
+    (``config``, ``generate``...) are forwarded to it.
 
     Attributes
     ----------
     module : torch.nn.Module
         The wrapped model (its parameters are this module's parameters).
     extracted : ExtractedGraph
+        The graph of the last plan used (or made).
     result : remat_core.RematResult
     plan : remat_core.ExecutionPlan
     predicted_peak_bytes : int
-        The simulator's peak for the schedule.
+        The simulator's peak for that plan.
     last_peak_bytes : int or None
         The executor's tracked peak of the last training step.
+    num_plans : int
+        Plans in the cache.
     """
 
-    def __init__(self, module, extracted: ExtractedGraph, result: RematResult, plan, measure: bool = False):
+    def __init__(self, module, settings: _Settings, first: _Specialization | None = None,
+                 loaded: dict | None = None, call_defaults: dict | None = None):
         super().__init__()
         self.module = module
-        self.extracted = extracted
-        self.result = result
-        self.plan = plan
-        self._executor = Executor(extracted, plan, measure=measure)
-        self.predicted_peak_bytes = int(result.peak_memory_bytes) if result.peak_memory_bytes is not None else None
+        object.__setattr__(self, "_settings", settings)
+        object.__setattr__(self, "_plans", collections.OrderedDict())
+        object.__setattr__(self, "_loaded", dict(loaded or {}))
+        object.__setattr__(self, "_attr_snapshot", AttributeSnapshot(module))
+        object.__setattr__(self, "_call_defaults", dict(call_defaults or {}))
+        object.__setattr__(self, "_current", None)
         self.last_peak_bytes = None
-        self._shapes = [tuple(s) for s in extracted.graph.meta["input_shapes"]]
+        self.solves = 0
+        try:  # callers that read the signature (HF Trainer drops unused dataset columns) see the model's
+            sig = inspect.signature(module.forward)
+        except (TypeError, ValueError):
+            sig = None
+        if sig is not None:
+            self.__dict__["forward"] = _Forward(self, sig)
+
+    # ---------------------------------------------------------------- attributes
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            pass
+        if name.startswith("__") or name in ("module", "_modules", "_parameters", "_buffers"):
+            raise AttributeError(name)
+        module = self._modules.get("module")
+        if module is None:
+            raise AttributeError(name)
+        return getattr(module, name)
+
+    def _cur(self) -> _Specialization:
+        cur = self.__dict__.get("_current")
+        if cur is None:
+            raise RematError("no plan yet: call the module once in training mode (or pass example inputs to "
+                             "rematerialize)")
+        return cur
+
+    @property
+    def extracted(self) -> ExtractedGraph:
+        return self._cur().eg
+
+    @property
+    def result(self) -> RematResult:
+        return self._cur().result
+
+    @property
+    def plan(self):
+        return self._cur().plan
 
     @property
     def executor(self) -> Executor:
-        return self._executor
+        return self._cur().executor
 
-    def forward(self, *inputs):
-        import torch
-        from torch.utils._pytree import tree_unflatten
+    @property
+    def predicted_peak_bytes(self) -> int | None:
+        r = self._cur().result
+        return int(r.peak_memory_bytes) if r.peak_memory_bytes is not None else None
 
+    @property
+    def num_plans(self) -> int:
+        return len(self._plans)
+
+    # ---------------------------------------------------------------- plans
+    def _autocast_state(self, device_type: str):
+        if torch.is_autocast_enabled(device_type):
+            return torch.get_autocast_dtype(device_type)
+        return None
+
+    def _insert(self, key, spec: _Specialization) -> None:
+        plans = self._plans
+        plans.setdefault(key, [])
+        plans[key] = [s for s in plans[key] if s is not spec] + [spec]
+        plans.move_to_end(key)
+        while sum(len(v) for v in plans.values()) > self._settings.max_plans:
+            k0 = next(iter(plans))
+            plans[k0].pop(0)
+            if not plans[k0]:
+                del plans[k0]
+
+    def _lookup(self, key, tensors, attrs) -> _Specialization | None:
+        cands = self._plans.get(key)
+        if not cands:
+            return None
+        named = None
+        for spec in reversed(cands):
+            if spec.attrs != attrs:
+                continue
+            reads = spec.eg.value_reads
+            if reads:
+                if named is None:
+                    named = {**dict(self.module.named_parameters()), **dict(self.module.named_buffers())}
+                if not reads.matches(named, list(tensors)):
+                    continue
+            self._plans.move_to_end(key)
+            return spec
+        return None
+
+    def _make(self, args, kwargs) -> _Specialization:
+        s = self._settings
+        spec = _build(self.module, args, kwargs, s, self._loaded)
+        self.solves += int(spec.result.method != "loaded")
+        return spec
+
+    def forward(self, *args, **kwargs):
+        return self._forward(*args, **kwargs)
+
+    @torch._dynamo.disable
+    def _forward(self, *args, **kwargs):
         if not (self.training and torch.is_grad_enabled()):
-            return self.module(*inputs)
+            return self.module(*args, **kwargs)
         if not self.module.training:
             raise RematError("the wrapped module is in eval mode but the RematModule is in train mode; "
                              "call .train() or .eval() on the RematModule")
-        eg = self.extracted
-        shapes = [tuple(x.shape) if isinstance(x, torch.Tensor) else None for x in inputs]
-        if shapes != self._shapes:
-            raise RematError(f"the plan was made for input shapes {self._shapes}; got {shapes} "
-                             "(re-run rematerialize for new shapes)")
-        active = torch.is_autocast_enabled(eg.device_type)
-        if active != (eg.autocast_dtype is not None) or (
-                active and torch.get_autocast_dtype(eg.device_type) != eg.autocast_dtype):
-            raise RematError(
+        for k, v in self._call_defaults.items():
+            kwargs.setdefault(k, v)
+        call, tensors = CallSpec.from_call(args, kwargs, argument="inputs")
+        device_type = tensors[0].device.type if tensors else "cpu"
+        attrs = self._attr_snapshot.take()
+        sig = _signature_key(call, tensors)
+        key = ("plan", sig, str(self._autocast_state(device_type)), hash(attrs))
+        spec = self._lookup(key, tensors, attrs)
+        if spec is None:
+            if self._plans:
+                log.info("no plan for this call yet (new shapes, dtypes, flags or attribute values): solving one")
+            spec = self._make(args, kwargs)
+            spec.attrs = attrs
+            self._insert(key, spec)
+        object.__setattr__(self, "_current", spec)
+        eg = spec.eg
+        if (eg.autocast_dtype is not None) != (self._autocast_state(device_type) is not None):
+            raise RematError(  # pragma: no cover - part of the key
                 f"the graph was traced with autocast_dtype={eg.autocast_dtype}; call the module under the same "
                 "autocast setting (pass `autocast_dtype=` to rematerialize)")
         params = [p for _, p in self.module.named_parameters()]
-        flat = _RematFunction.get().apply(self, len(params), *params, *inputs)
-        return tree_unflatten(list(flat), eg.out_spec)
+        flat = _RematFunction.get().apply(self, spec, len(params), *params, *tensors)
+        return _unflatten_outputs(eg, flat)
+
+    # ---------------------------------------------------------------- saving
+    def save_plan(self, path) -> None:
+        """Write every cached plan to ``path`` (JSON), for ``rematerialize(..., plan=path)``.
+
+        The file holds, per plan, the schedule and a fingerprint of the graph
+        it was made for (structure, sizes, ops, dtypes, shapes): a later
+        process traces the model, and uses a saved schedule without solving
+        when its fingerprint matches.
+
+        Raises
+        ------
+        RematError
+            If there is no plan yet.
+        """
+        specs = [s for lst in self._plans.values() for s in lst]
+        if not specs:
+            raise RematError("no plan to save yet: call the module once in training mode first")
+        entries = []
+        for s in specs:
+            entries.append({
+                "fingerprint": s.fingerprint, "description": _describe(s.eg),
+                "granularity": s.eg.granularity, "blocks": s.eg.graph.meta.get("blocks"),
+                "budget_bytes": int(s.result.budget_bytes), "method": s.result.method,
+                "objective": s.result.objective, "peak_memory_bytes": s.result.peak_memory_bytes,
+                "hoist": bool(self._settings.hoist), "schedule": s.result.schedule.to_dict(),
+            })
+        data = {"format": PLAN_FORMAT, "version": _PLAN_VERSION, "torch": torch.__version__, "plans": entries}
+        tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
+        try:
+            with open(tmp, "w") as f:
+                json.dump(data, f)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+
+class _Forward:
+    """``RematModule.forward`` bound to one module, carrying the wrapped model's signature."""
+
+    def __init__(self, owner, signature):
+        self.owner = owner
+        self.__signature__ = signature
+
+    def __call__(self, *args, **kwargs):
+        return self.owner._forward(*args, **kwargs)
+
+
+def _signature_key(call: CallSpec, tensors) -> tuple:
+    try:
+        spec_key = hash(call.spec)
+        spec_key = call.spec
+    except TypeError:
+        spec_key = repr(call.spec)
+    return (spec_key, call_signature(call.template), tuple(
+        (tuple(t.shape), t.dtype, t.device, bool(t.requires_grad)) for t in tensors))
+
+
+def _unflatten_outputs(eg: ExtractedGraph, flat):
+    from torch.utils._pytree import tree_unflatten
+
+    leaves = [flat[v] if kind == "t" else v for kind, v in eg.out_template]
+    return tree_unflatten(leaves, eg.out_spec)
+
+
+def _load_plans(path) -> dict:
+    """``{fingerprint: entry}`` from a plan file; RematError if it is not one."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"`plan`: no such file {os.fspath(path)!r}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RematError(f"`plan`: {os.fspath(path)!r} is not a readable plan file ({exc})") from exc
+    if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT or not isinstance(data.get("plans"), list):
+        raise RematError(f"`plan`: {os.fspath(path)!r} is not a remat_torch plan file (saved by RematModule.save_plan)")
+    if data.get("version") != _PLAN_VERSION:
+        raise RematError(f"`plan`: {os.fspath(path)!r} has format version {data.get('version')}; "
+                         f"this remat_torch reads version {_PLAN_VERSION}")
+    out = {}
+    for e in data["plans"]:
+        if not isinstance(e, dict) or "fingerprint" not in e or "schedule" not in e:
+            raise RematError(f"`plan`: {os.fspath(path)!r} holds a malformed plan entry")
+        out[e["fingerprint"]] = e
+    return out
+
+
+def _solve(graph, budget_bytes: int, s: _Settings) -> RematResult:
+    """``solve`` with the settings' method; ``auto`` falls back to ilp / lp-rounding if not registered."""
+    opts = dict(s.solver_options)
+    method = s.method
+    if method == "auto":
+        if s.time_limit_s is not None:
+            opts.setdefault("time_limit_s", s.time_limit_s)
+        try:
+            return solve(graph, budget_bytes, method="auto", **opts)
+        except UnknownMethodError:
+            method = "ilp" if graph.n <= 150 else "lp-rounding"
+            if method == "lp-rounding":
+                opts.pop("time_limit_s", None)
+    elif method in ("ilp",) and s.time_limit_s is not None:
+        opts.setdefault("time_limit_s", s.time_limit_s)
+    return solve(graph, budget_bytes, method=method, **opts)
+
+
+def _infeasible(eg: ExtractedGraph, budget_bytes: int, result: RematResult, s: _Settings) -> BudgetInfeasibleError:
+    g = eg.graph
+    stats = result.stats or {}
+    lb, node = min_budget_bytes(g)
+    exact = stats.get("min_budget_bytes")
+    if exact is not None:
+        need, how = int(exact), "the smallest feasible budget is"
+    else:
+        need = max(int(stats.get("min_budget_lower_bound_bytes") or 0), lb)
+        how = "no plan exists below"
+    k = list(g.names).index(node) if node in list(g.names) else None
+    scope = eg.groups[k].scope if k is not None else ""
+    frac = budget_fraction(g, need)
+    return BudgetInfeasibleError(
+        f"method {result.method or s.method!r} found no plan within {format_bytes(budget_bytes)} "
+        f"({budget_fraction(g, budget_bytes):.3f} of activation memory; {result.status.value}): "
+        f"{how} {format_bytes(need)} ({need} bytes, {frac:.3f} of activation memory), set by node {node!r} "
+        f"of module {scope or '<root>'!r} (its inputs, output and workspace must be resident at once). "
+        f"Fixed memory (parameters, gradients, inputs) is {format_bytes(g.fixed_bytes)}; give a larger `budget`",
+        result, budget_bytes=budget_bytes, min_budget_bytes=need, culprit=scope or node)
+
+
+def _extract(model, args, kwargs, s: _Settings, granularity: str, blocks) -> ExtractedGraph:
+    return extract_graph(model, args, granularity=granularity, blocks=blocks, cost_model=s.cost_model,
+                         autocast_dtype=s.autocast_dtype, workspace=s.workspace, example_kwargs=kwargs)
+
+
+def _build(model, args, kwargs, s: _Settings, loaded: dict) -> _Specialization:
+    """Trace, then reuse a loaded schedule or solve one: a specialization for this call."""
+    from remat_core.solvers.auto import choose_path
+
+    t0 = time.perf_counter()
+    gran = s.granularity
+    blocks = s.blocks
+    if loaded:
+        grans = {e["granularity"] for e in loaded.values()}
+        if gran == "auto" and len(grans) == 1:
+            gran = grans.pop()
+    if gran == "auto":
+        eg = _extract(model, args, kwargs, s, "op", None)
+        if choose_path(eg.graph, s.time_limit_s) == "large":
+            log.info("granularity auto: %d op-level nodes is beyond the solver's size; using module level",
+                     eg.graph.n)
+            eg = _extract(model, args, kwargs, s, "module", None)
+        gran = eg.granularity
+    else:
+        eg = _extract(model, args, kwargs, s, gran, blocks)
+    t1 = time.perf_counter()
+    fp = graph_fingerprint(eg)
+    if loaded:
+        entry = loaded.get(fp)
+        if entry is None:
+            known = "; ".join(sorted({e.get("description", "?") for e in loaded.values()}))
+            raise RematError(
+                f"`plan`: the saved plans were made for another model, shape or dtype ({known}); this call is "
+                f"{_describe(eg)} (graph fingerprint {fp[:12]}). Solve a new plan (omit `plan=`) or save one "
+                "for these inputs")
+        schedule = Schedule.from_dict(entry["schedule"])
+        sim = simulate(eg.graph, schedule)
+        budget_bytes = int(entry["budget_bytes"])
+        if sim.peak_memory_bytes > budget_bytes:
+            raise RematError(f"`plan`: the saved schedule peaks at {format_bytes(sim.peak_memory_bytes)} on this "
+                             f"graph, over its budget {format_bytes(budget_bytes)}")
+        result = RematResult(status=SolveStatus.FEASIBLE, message=f"loaded ({entry.get('method')})",
+                             schedule=schedule, objective=float(sim.total_cost),
+                             peak_memory_bytes=int(sim.peak_memory_bytes), budget_bytes=budget_bytes,
+                             method="loaded", stats={"saved_method": entry.get("method")})
+        hoist = bool(entry.get("hoist", s.hoist))
+    else:
+        budget_bytes = _resolve_budget(eg.graph, s.budget)
+        result = _solve(eg.graph, budget_bytes, s)
+        if result.schedule is None:
+            raise _infeasible(eg, budget_bytes, result, s)
+        hoist = s.hoist
+    plan = make_plan(eg.graph, result.schedule, hoist=hoist)
+    log.info("plan for %s: %s, predicted peak %s, cost %s (trace %.1f s, plan %.1f s)", _describe(eg), result.method,
+             format_bytes(result.peak_memory_bytes), result.objective, t1 - t0, time.perf_counter() - t1)
+    return _Specialization(eg, result, plan, s.measure, attrs=None)
 
 
 def rematerialize(
     model,
-    example_inputs,
+    example_inputs=(),
     budget: Any = 1.0,
-    method: str = "checkpoint-all",
-    granularity: str = "module",
+    method: str = "auto",
+    granularity: str = "auto",
     blocks: Sequence[Any] | None = None,
     cost_model: str = "flops",
     autocast_dtype: Any = None,
@@ -177,6 +561,11 @@ def rematerialize(
     measure: bool = False,
     solver_options: dict | None = None,
     workspace: str | None = None,
+    *,
+    example_kwargs: dict | None = None,
+    time_limit_s: float | None = 60.0,
+    plan: Any = None,
+    max_plans: int = 8,
 ):
     """Make ``model`` train inside a memory budget with a plan from ``method``.
 
@@ -184,29 +573,49 @@ def rematerialize(
     ----------
     model : torch.nn.Module
         In training mode.
-    example_inputs : torch.Tensor or tuple of torch.Tensor
-        Inputs of the shapes used in training (the plan is specialized to them).
-    budget : int or float
-        Total bytes (fixed bytes included) if an ``int``; a fraction of the
-        checkpoint-all peak if a ``float`` in ``(0, 1]``.
+    example_inputs : tensor or tuple
+        Positional arguments of a typical call (the first plan is made for
+        them; other shapes get their own plans on first sight). Tuples, lists
+        and dicts of tensors and plain values are accepted.
+    budget : int, str or float
+        Total device bytes (fixed bytes included) as an ``int`` or a size
+        string (``"8GiB"``, ``"800MB"``); or a fraction in ``[0, 1]`` of
+        *activation* memory (``fixed + f * (checkpoint-all peak - fixed)``,
+        PyTorch's ``activation_memory_budget``). A fraction is resolved per
+        plan, so a smaller batch gets the same fraction of its own memory.
     method : str
-        Any method of :func:`remat_core.available_methods`.
-    granularity : {"op", "module", "block"}
+        ``"auto"`` (default: the best plan found within ``time_limit_s``,
+        the method chosen by problem size) or any method of
+        :func:`remat_core.available_methods`.
+    granularity : {"auto", "op", "module", "block"}
+        ``"auto"`` (default) plans at op level when ``auto``'s size rule gives
+        the op-level graph to a formulation (``ilp`` or ``lp-rounding``,
+        :func:`remat_core.solvers.auto.choose_path`), and at module level
+        otherwise: op-level plans can express every module-level plan, so
+        they are at least as cheap whenever the solver can handle the graph.
     blocks : sequence of str or torch.nn.Module, optional
         For ``granularity="block"``.
     cost_model : {"flops", "profile", "unit"}
     autocast_dtype : torch.dtype, optional
         Train under ``torch.autocast(dtype=autocast_dtype)``.
     hoist : bool
-        Free each tensor right after its last use (default) instead of where
-        the simulator frees it.
+        Free each tensor right after its last use (default).
     measure : bool
         Measure node temporaries op by op (slower; for checking).
     solver_options : dict, optional
-        Passed to :func:`remat_core.solve` (e.g. ``{"time_limit_s": 60}``).
+        Passed to :func:`remat_core.solve`.
     workspace : {"estimate", "measure"}, optional
-        How node temporaries are found; see :func:`remat_torch.extract_graph`
-        (default: measured with ``cost_model="profile"``).
+        How node temporaries are found; see :func:`remat_torch.extract_graph`.
+    example_kwargs : dict, optional
+        Keyword arguments of a typical call (``model(**batch)``).
+    time_limit_s : float or None
+        Solver time per plan for ``"auto"`` and ``"ilp"`` (default 60 s).
+    plan : str or os.PathLike, optional
+        A file written by :meth:`RematModule.save_plan`: its schedules are
+        used without solving for calls whose graph matches one of them; a
+        call it does not fit raises :class:`RematError`.
+    max_plans : int
+        Plans kept (least recently used dropped first).
 
     Returns
     -------
@@ -215,9 +624,15 @@ def rematerialize(
     Raises
     ------
     BudgetInfeasibleError
-        If ``method`` finds no plan within the budget.
+        No plan fits the budget; the message gives the smallest feasible
+        budget (bytes and activation fraction) and the module that sets it.
     UnsupportedModelError
-        If the model cannot be extracted (the message names the construct).
+        The model cannot be traced (the message names the module and source
+        line, and suggests :func:`remat_torch.dtr` for data-dependent models).
+    RematError
+        Called under ``torch.no_grad()``, or a ``plan`` that does not fit.
+    TypeError, ValueError
+        On bad arguments (naming the argument).
 
     Examples
     --------
@@ -230,17 +645,52 @@ def rematerialize(
     >>> net[0].weight.grad.shape
     torch.Size([8, 4])
     """
-    eg = extract_graph(model, example_inputs, granularity=granularity, blocks=blocks,
-                       cost_model=cost_model, autocast_dtype=autocast_dtype, workspace=workspace)
-    budget_bytes = resolve_budget(eg.graph, budget)
-    result = solve(eg.graph, budget_bytes, method=method, **(solver_options or {}))
-    if result.schedule is None:
-        raise BudgetInfeasibleError(
-            f"method {method!r} found no plan within {budget_bytes} bytes: {result.status.value}"
-            f"{' (' + result.message + ')' if result.message else ''}", result)
-    plan = make_plan(eg.graph, result.schedule, hoist=hoist)
-    log.info("plan: %s, predicted peak %s bytes, cost %s", plan, result.peak_memory_bytes, result.objective)
-    return RematModule(model, eg, result, plan, measure=measure)
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"`model` must be a torch.nn.Module; got {type(model).__name__}")
+    if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
+        raise RematError("rematerialize traces the training step (forward and backward), which needs autograd: "
+                         "call it outside `torch.no_grad()` / `torch.inference_mode()`")
+    if granularity not in GRANULARITIES + ("auto",):
+        raise ValueError(f"`granularity` must be 'auto' or one of {GRANULARITIES}; got {granularity!r}")
+    if not isinstance(method, str):
+        raise TypeError(f"`method` must be a string; got {type(method).__name__}")
+    if isinstance(max_plans, bool) or not isinstance(max_plans, int) or max_plans < 1:
+        raise ValueError(f"`max_plans` must be a positive integer; got {max_plans!r}")
+    if time_limit_s is not None and (isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float))
+                                     or not time_limit_s > 0):
+        raise ValueError(f"`time_limit_s` must be a positive number or None; got {time_limit_s!r}")
+    if solver_options is not None and not isinstance(solver_options, dict):
+        raise TypeError(f"`solver_options` must be a dict; got {type(solver_options).__name__}")
+    loaded = _load_plans(plan) if plan is not None else {}
+    if not loaded:  # check the budget's form before tracing
+        from remat_core.units import _as_fraction, parse_bytes
+
+        f = _as_fraction(budget)
+        if f is None:
+            parse_bytes(budget, "budget")
+        elif not 0.0 <= f <= 1.0:
+            raise ValueError(f"`budget` as a fraction of activation memory must be in [0, 1]; got {budget!r} "
+                             "(give bytes as an int or a size such as '8GiB')")
+    settings = _Settings(budget=budget, method=method, granularity=granularity, blocks=blocks,
+                         cost_model=cost_model, autocast_dtype=autocast_dtype, hoist=hoist, measure=measure,
+                         solver_options=dict(solver_options or {}), time_limit_s=time_limit_s,
+                         workspace=workspace, max_plans=max_plans)
+    defaults = _defaults_for(model)
+    args = _as_tuple_inputs(example_inputs)
+    kwargs = dict(example_kwargs or {})
+    for k, v in defaults.items():
+        kwargs.setdefault(k, v)
+    first = _build(model, args, kwargs, settings, loaded)
+    rm = RematModule(model, settings, None, loaded, call_defaults=defaults)
+    call, tensors = CallSpec.from_call(args, kwargs)
+    attrs = rm._attr_snapshot.take()
+    first.attrs = attrs
+    device_type = tensors[0].device.type if tensors else "cpu"
+    key = ("plan", _signature_key(call, tensors), str(rm._autocast_state(device_type)), hash(attrs))
+    rm._insert(key, first)
+    object.__setattr__(rm, "_current", first)
+    rm.solves = int(first.result.method != "loaded")
+    return rm
 
 
 def train_step(model, inputs, loss_fn: Callable, optimizer=None, zero_grad: bool = True):
@@ -249,7 +699,8 @@ def train_step(model, inputs, loss_fn: Callable, optimizer=None, zero_grad: bool
     Parameters
     ----------
     model : RematModule or torch.nn.Module
-    inputs : torch.Tensor or tuple of torch.Tensor
+    inputs : torch.Tensor, tuple or dict
+        Positional inputs, or a dict of keyword inputs (``model(**inputs)``).
     loss_fn : callable
         Maps the model output to a scalar loss.
     optimizer : torch.optim.Optimizer, optional
@@ -274,10 +725,13 @@ def train_step(model, inputs, loss_fn: Callable, optimizer=None, zero_grad: bool
     """
     if not callable(loss_fn):
         raise TypeError(f"`loss_fn` must be callable; got {type(loss_fn).__name__}")
-    inputs = _as_tuple_inputs(inputs)
     if optimizer is not None and zero_grad:
         optimizer.zero_grad(set_to_none=True)
-    loss = loss_fn(model(*inputs))
+    if isinstance(inputs, dict):
+        out = model(**inputs)
+    else:
+        out = model(*_as_tuple_inputs(inputs))
+    loss = loss_fn(out)
     loss.backward()
     if optimizer is not None:
         optimizer.step()

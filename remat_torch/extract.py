@@ -28,6 +28,7 @@ gradients are ``fixed_bytes``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import operator
 from dataclasses import dataclass, field
@@ -139,6 +140,9 @@ class ExtractedGraph:
     autocast_dtype: Any = None
     device_type: str = "cpu"
     granularity: str = "module"
+    call: Any = None
+    out_template: list = field(default_factory=list)
+    value_reads: Any = None
 
     @property
     def n_params(self) -> int:
@@ -177,19 +181,122 @@ def _as_tuple_inputs(example_inputs) -> tuple:
     if isinstance(example_inputs, torch.Tensor):
         return (example_inputs,)
     if isinstance(example_inputs, (tuple, list)):
-        for i, x in enumerate(example_inputs):
-            if not isinstance(x, torch.Tensor):
-                raise TypeError(f"`example_inputs[{i}]` must be a tensor; got {type(x).__name__}")
         return tuple(example_inputs)
-    raise TypeError(f"`example_inputs` must be a tensor or a tuple of tensors; got {type(example_inputs).__name__}")
+    raise TypeError(f"`example_inputs` must be a tensor or a tuple of inputs; got {type(example_inputs).__name__}")
 
 
-def _trace_joint(model, example_inputs: tuple, autocast_dtype):
-    """Capture AOTAutograd's joint graph; returns (joint, n_fwd_outputs, names, scopes)."""
+_PLAIN_LEAVES = (int, float, bool, str, bytes, type(None))
+
+
+@dataclass
+class CallSpec:
+    """A model call ``model(*args, **kwargs)`` flattened into pytree leaves.
+
+    Tensor leaves become graph inputs; the other leaves (numbers, strings,
+    ``None``, flags such as ``use_cache=False``) are constants the trace is
+    specialized on.
+
+    Attributes
+    ----------
+    spec : pytree spec of ``(args, kwargs)``
+    template : list
+        The leaves, with ``None`` where a tensor goes.
+    tensor_positions : list of int
+        Leaf positions of the tensors, in graph-input order.
+    """
+
+    spec: Any
+    template: list
+    tensor_positions: list
+
+    @classmethod
+    def from_call(cls, args, kwargs, argument: str = "example_inputs") -> tuple["CallSpec", list]:
+        """Flatten a call; returns ``(spec, tensors)``. Raises TypeError on a leaf that is neither."""
+        import torch
+        from torch.utils._pytree import tree_flatten
+
+        if kwargs is None:
+            kwargs = {}
+        if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+            raise TypeError(f"`example_kwargs` must be a dict with string keys; got {type(kwargs).__name__}")
+        leaves, spec = tree_flatten((tuple(args), dict(kwargs)))
+        template, positions, tensors = [], [], []
+        for i, x in enumerate(leaves):
+            if isinstance(x, torch.Tensor):
+                template.append(None)
+                positions.append(i)
+                tensors.append(x)
+            elif isinstance(x, _PLAIN_LEAVES):
+                template.append(x)
+            else:
+                raise TypeError(f"`{argument}` must hold tensors, plain values (numbers, strings, None) and "
+                                f"tuples, lists or dicts of them; leaf {i} is a {type(x).__name__}")
+        return cls(spec, template, positions), tensors
+
+    def rebuild(self, tensors) -> tuple[tuple, dict]:
+        """``(args, kwargs)`` with ``tensors`` in the tensor positions."""
+        from torch.utils._pytree import tree_unflatten
+
+        leaves = list(self.template)
+        for p, t in zip(self.tensor_positions, tensors):
+            leaves[p] = t
+        return tree_unflatten(leaves, self.spec)
+
+
+@contextlib.contextmanager
+def _scope_tracking(model, set_meta: bool):
+    """Module-path stack while ``model`` runs (forward hooks); optionally tags FX nodes with it."""
+    import torch.fx.traceback as fxt
+
+    stack: list[str] = []
+
+    def set_scope():
+        if set_meta:
+            fxt.current_meta.setdefault("custom", {})["remat_scope"] = stack[-1] if stack else ""
+
+    def pre(name):
+        def hook(mod, args):
+            stack.append(name)
+            set_scope()
+        return hook
+
+    def post(name):
+        def hook(mod, args, out):
+            if stack:
+                stack.pop()
+            set_scope()
+        return hook
+
+    handles = []
+    for name, mod in model.named_modules():
+        handles.append(mod.register_forward_pre_hook(pre(name)))
+        handles.append(mod.register_forward_hook(post(name)))
+    try:
+        yield stack
+    finally:
+        for h in handles:
+            h.remove()
+        if set_meta:
+            fxt.current_meta.pop("custom", None)
+
+
+def _select_outputs(out, clone: frozenset):
+    """The tensor leaves of a model output, those in ``clone`` copied (outputs that alias)."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    flat = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
+    return tuple(o.clone() if i in clone else o for i, o in enumerate(flat))
+
+
+def _trace_joint(model, call: CallSpec, tensors: tuple, autocast_dtype, clone: frozenset, reads):
+    """Capture AOTAutograd's joint graph; returns (joint, n_fwd_outputs, param names, buffer names, mutated)."""
     import torch
     import torch.fx.traceback as fxt
     from torch._functorch.aot_autograd import aot_function
     from torch.func import functional_call
+
+    from .guards import replaying_reads
 
     param_names = [k for k, _ in model.named_parameters()]
     buffer_names = [k for k, _ in model.named_buffers()]
@@ -216,50 +323,28 @@ def _trace_joint(model, example_inputs: tuple, autocast_dtype):
         raise _Captured
 
     def fn(*args):
+        if reads:
+            reads.reset()
         state = {**dict(zip(param_names, args[:n_p])), **dict(zip(buffer_names, args[n_p:n_p + n_b]))}
-        return functional_call(model, state, tuple(args[n_p + n_b:]))
+        a, k = call.rebuild(args[n_p + n_b:])
+        return _select_outputs(functional_call(model, state, a, k), clone)
 
-    stack: list[str] = []
-
-    def set_scope():
-        fxt.current_meta.setdefault("custom", {})["remat_scope"] = stack[-1] if stack else ""
-
-    def pre(name):
-        def hook(mod, args):
-            stack.append(name)
-            set_scope()
-        return hook
-
-    def post(name):
-        def hook(mod, args, out):
-            if stack:
-                stack.pop()
-            set_scope()
-        return hook
-
-    handles = []
-    for name, mod in model.named_modules():
-        handles.append(mod.register_forward_pre_hook(pre(name)))
-        handles.append(mod.register_forward_hook(post(name)))
     compiled = aot_function(fn, fw_compiler=lambda g, _: g, bw_compiler=lambda g, _: g, partition_fn=partition)
     # clones: nothing is mutated or run for real (we stop inside the partitioner)
     buffer_copies = [b.detach().clone() for b in buffers]
-    device_type = example_inputs[0].device.type if example_inputs else "cpu"
-    try:
-        with torch.random.fork_rng(devices=[]), fxt.preserve_node_meta():
-            if autocast_dtype is not None:
-                with torch.autocast(device_type=device_type, dtype=autocast_dtype):
-                    compiled(*params, *buffer_copies, *example_inputs)
-            else:
-                compiled(*params, *buffer_copies, *example_inputs)
-    except _Captured:
-        pass
-    except Exception as exc:  # translate tracing failures into a named construct
-        raise _translate_trace_error(exc) from exc
-    finally:
-        for h in handles:
-            h.remove()
-        fxt.current_meta.pop("custom", None)
+    device_type = tensors[0].device.type if tensors else "cpu"
+    with _scope_tracking(model, set_meta=True) as stack:
+        try:
+            with torch.random.fork_rng(devices=[]), fxt.preserve_node_meta(), replaying_reads(reads):
+                if autocast_dtype is not None:
+                    with torch.autocast(device_type=device_type, dtype=autocast_dtype):
+                        compiled(*params, *buffer_copies, *tensors)
+                else:
+                    compiled(*params, *buffer_copies, *tensors)
+        except _Captured:
+            pass
+        except Exception as exc:  # translate tracing failures into a named construct
+            raise _translate_trace_error(exc, stack) from exc
     if "joint" not in captured:
         raise UnsupportedModelError(
             "AOTAutograd produced no joint graph: the model output does not require grad "
@@ -281,52 +366,125 @@ def _trace_joint(model, example_inputs: tuple, autocast_dtype):
     return captured["joint"], captured["num_fwd_outputs"], param_names, buffer_names, mutated
 
 
-def _translate_trace_error(exc: Exception) -> Exception:
+def _is_data_dependent(exc: Exception) -> bool:
     name = type(exc).__name__
     text = str(exc)
-    data_dep = ("DataDependent" in name or "GuardOnDataDependent" in name
-                or "data-dependent" in text.lower() or "data dependent" in text.lower()
-                or "_local_scalar_dense" in text)
-    if data_dep:
-        return UnsupportedModelError(
-            "data-dependent control flow or a tensor-to-Python conversion (`.item()`, `bool(tensor)`, "
-            f"`if tensor:`) cannot be traced into a static training graph: {name}: {text.splitlines()[0] if text else ''}"
-        )
+    return ("DataDependent" in name or "DynamicOutputShape" in name
+            or "data-dependent" in text.lower() or "data dependent" in text.lower()
+            or "_local_scalar_dense" in text)
+
+
+def _translate_trace_error(exc: Exception, stack: Sequence[str] = ()) -> Exception:
+    import traceback
+
+    from .guards import source_location
+
     if isinstance(exc, RematError):
         return exc
-    return UnsupportedModelError(f"AOTAutograd could not trace the model: {name}: {text.splitlines()[0] if text else ''}")
+    name = type(exc).__name__
+    text = str(exc)
+    first = text.splitlines()[0] if text else ""
+    where = source_location(traceback.extract_tb(exc.__traceback__))
+    scope = stack[-1] if stack else ""
+    if _is_data_dependent(exc):
+        return UnsupportedModelError(
+            f"data-dependent control flow or a tensor-to-Python conversion (`.item()`, `bool(tensor)`, "
+            f"`if tensor:`, an output whose shape depends on values) in module {scope or '<root>'!r} at {where} "
+            f"cannot be traced into a static training graph ({name}: {first}). Train this model under the live "
+            "runtime instead (`with remat_torch.dtr(budget=...):`, which needs no plan), or make that code "
+            "independent of tensor values")
+    return UnsupportedModelError(
+        f"AOTAutograd could not trace the model in module {scope or '<root>'!r} at {where}: {name}: {first}")
 
 
-def _fake_metadata(model, example_inputs, autocast_dtype):
-    """Run the forward once on fake tensors: output structure and which outputs need a tangent."""
+def _fake_metadata(model, call: CallSpec, tensors, autocast_dtype, reads):
+    """Run the forward once on fake tensors.
+
+    Returns ``(out_spec, out_template, tangent_outputs, clone)``: the output's
+    pytree spec; one entry per output leaf, ``("t", k)`` for the ``k``-th
+    tensor or ``("c", value)`` for a constant; the tensor outputs that need a
+    tangent; the tensor outputs that alias an input or another output (or are
+    views), which the traced function returns as copies.
+    """
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.func import functional_call
     from torch.utils._pytree import tree_flatten
+
+    from .guards import replaying_reads
 
     mode = FakeTensorMode(allow_non_fake_inputs=False)
     named_p = list(model.named_parameters())
     named_b = list(model.named_buffers())
     fp = {k: mode.from_tensor(v) for k, v in named_p}
     fb = {k: mode.from_tensor(v) for k, v in named_b}
-    fx_in = [mode.from_tensor(x) for x in example_inputs]
-    device_type = example_inputs[0].device.type if example_inputs else "cpu"
-    try:
-        with torch.random.fork_rng(devices=[]), mode:
-            if autocast_dtype is not None:
-                with torch.autocast(device_type=device_type, dtype=autocast_dtype):
-                    out = functional_call(model, {**fp, **fb}, tuple(fx_in))
-            else:
-                out = functional_call(model, {**fp, **fb}, tuple(fx_in))
-    except Exception as exc:
-        raise _translate_trace_error(exc) from exc
+    fx_in = [mode.from_tensor(x) for x in tensors]
+    device_type = tensors[0].device.type if tensors else "cpu"
+    if reads:
+        reads.reset()
+    with _scope_tracking(model, set_meta=False) as stack:
+        try:
+            with torch.random.fork_rng(devices=[]), replaying_reads(reads), mode:
+                a, k = call.rebuild(fx_in)
+                if autocast_dtype is not None:
+                    with torch.autocast(device_type=device_type, dtype=autocast_dtype):
+                        out = functional_call(model, {**fp, **fb}, a, k)
+                else:
+                    out = functional_call(model, {**fp, **fb}, a, k)
+        except Exception as exc:
+            raise _translate_trace_error(exc, stack) from exc
 
     flat, spec = tree_flatten(out)
+    template, touts = [], []
     for i, o in enumerate(flat):
-        if not isinstance(o, torch.Tensor):
-            raise UnsupportedModelError(f"model output {i} is a {type(o).__name__}, not a tensor")
-    tangent_outputs = [i for i, o in enumerate(flat) if o.requires_grad and (o.is_floating_point() or o.is_complex())]
-    return len(flat), spec, tangent_outputs
+        if isinstance(o, torch.Tensor):
+            template.append(("t", len(touts)))
+            touts.append(o)
+        elif isinstance(o, _PLAIN_LEAVES):
+            template.append(("c", o))
+        else:
+            raise UnsupportedModelError(
+                f"model output leaf {i} is a {type(o).__name__}, neither a tensor nor a plain value: it cannot be "
+                "passed through a rematerialized step (for a cache object, call the model with `use_cache=False`, "
+                "as training does)")
+    seen = {x.untyped_storage()._cdata for x in fx_in}
+    clone = set()
+    for j, o in enumerate(touts):
+        key = o.untyped_storage()._cdata
+        if o._is_view() or key in seen:
+            clone.add(j)
+        seen.add(key)
+    tangent_outputs = [i for i, o in enumerate(touts) if o.requires_grad and (o.is_floating_point() or o.is_complex())]
+    return spec, template, tangent_outputs, frozenset(clone)
+
+
+def _reads_a_value(exc) -> bool:
+    """Whether a fake-tensor trace failed on ``aten._local_scalar_dense`` (a value read)."""
+    import torch
+    from torch._subclasses.fake_tensor import DataDependentOutputException
+
+    return (isinstance(exc, DataDependentOutputException)
+            and getattr(exc, "func", None) is torch.ops.aten._local_scalar_dense.default)
+
+
+def _record_reads(model, call: CallSpec, inputs, autocast_dtype):
+    """Run the forward for real and record the values it reads (see :mod:`remat_torch.guards`)."""
+    import torch
+    from torch.func import functional_call
+
+    from .guards import record_value_reads
+
+    device_type = inputs[0].device.type if inputs else "cpu"
+
+    def run(state, ins):
+        a, k = call.rebuild(ins)
+        if autocast_dtype is not None:
+            with torch.autocast(device_type=device_type, dtype=autocast_dtype):
+                return functional_call(model, state, a, k)
+        return functional_call(model, state, a, k)
+
+    with _scope_tracking(model, set_meta=False) as stack:
+        return record_value_reads(model, run, list(inputs), stack)
 
 
 def _scope_key(scope: str, granularity: str, blocks: Sequence[str]) -> str:
@@ -346,6 +504,7 @@ def extract_graph(
     autocast_dtype: Any = None,
     name: str | None = None,
     workspace: str | None = None,
+    example_kwargs: dict | None = None,
     **profile_options: Any,
 ) -> ExtractedGraph:
     """Extract the training graph of ``model`` at a chosen granularity.
@@ -439,9 +598,22 @@ def extract_graph(
         block_names.sort(key=len, reverse=True)  # innermost first
     elif blocks:
         raise ValueError(f"`blocks` is only used with granularity='block'; got granularity={granularity!r}")
-    inputs = _as_tuple_inputs(example_inputs)
-    n_user, out_spec, tangent_outputs = _fake_metadata(model, inputs, autocast_dtype)
-    joint, n_fwd_out, param_names, buffer_names, mutated = _trace_joint(model, inputs, autocast_dtype)
+    call, tensors = CallSpec.from_call(_as_tuple_inputs(example_inputs), example_kwargs)
+    inputs = tuple(tensors)
+    reads = None
+    for attempt in range(2):
+        try:
+            out_spec, out_template, tangent_outputs, clone = _fake_metadata(model, call, inputs, autocast_dtype,
+                                                                            reads)
+            joint, n_fwd_out, param_names, buffer_names, mutated = _trace_joint(model, call, inputs,
+                                                                               autocast_dtype, clone, reads)
+            break
+        except UnsupportedModelError as exc:
+            if attempt or not _reads_a_value(exc.__cause__):
+                raise
+            # a value read (`mask.all()`): specialize on the example's values, keep a guard program
+            reads = _record_reads(model, call, inputs, autocast_dtype)
+    n_user = sum(1 for kind, _ in out_template if kind == "t")
     n_primals = len(param_names) + len(buffer_names) + len(inputs)
     out_node = next(n for n in joint.graph.nodes if n.op == "output")
     outs = list(out_node.args[0])
@@ -504,6 +676,7 @@ def extract_graph(
         tangent_outputs=tangent_outputs, grad_slots=grad_slots, tangent_meta=tangent_meta,
         input_requires_grad=[bool(x.requires_grad) for x in inputs], autocast_dtype=autocast_dtype,
         device_type=inputs[0].device.type if inputs else "cpu", granularity=granularity,
+        call=call, out_template=out_template, value_reads=reads,
     )
     if cost_model != "unit":
         costs, unit = node_costs(eg, model, inputs, cost_model, **profile_options)
@@ -558,11 +731,20 @@ def _group(joint, placeholders, outs, n_primals, granularity, block_names):
     members: dict[Any, list] = {}
     value_keys: dict[Any, list] = {}
     pos = {n: i for i, n in enumerate(joint.graph.nodes)}
+    const_bytes = 0
     with mode:
         for node in joint.graph.nodes:
             if node.op != "call_function":
-                if node.op == "get_attr":
-                    raise UnsupportedModelError(f"joint graph reads attribute {node.target!r} (constant tensors are not supported)")
+                if node.op == "get_attr":  # a constant tensor made during tracing: fixed memory, inlined
+                    const = getattr(joint, node.target)
+                    if not isinstance(const, torch.Tensor):
+                        raise UnsupportedModelError(f"joint graph reads non-tensor attribute {node.target!r}")
+                    env[node] = torch.empty_strided(const.shape, const.stride(), dtype=const.dtype,
+                                                    device=const.device)
+                    k = key(env[node])
+                    owner[k] = "fixed"
+                    nbytes[k] = _storage_bytes(const)
+                    const_bytes += _storage_bytes(const)
                 continue
             args = torch.fx.node.map_arg(node.args, lambda a: env[a])
             kwargs = torch.fx.node.map_arg(node.kwargs, lambda a: env[a])
@@ -592,7 +774,7 @@ def _group(joint, placeholders, outs, n_primals, granularity, block_names):
                     unit_of[node] = o
                     members[o].append(node)
                     for a in node.all_input_nodes:
-                        if a not in fixed_view and a.op != "placeholder" and unit_of.get(a) is not o:
+                        if a not in fixed_view and a.op not in ("placeholder", "get_attr") and unit_of.get(a) is not o:
                             raise UnsupportedModelError(
                                 f"op {node.format_node()} aliases one tensor but reads others")
                 continue
@@ -608,7 +790,7 @@ def _group(joint, placeholders, outs, n_primals, granularity, block_names):
     # joint outputs: their storages are fixed memory
     joint_out_index: dict[Any, list] = {}
     fixed_keys = {k for k, o in owner.items() if o == "fixed"}
-    extra_fixed = 0
+    extra_fixed = const_bytes
     for j, o in enumerate(outs):
         if o is None:
             continue
@@ -752,9 +934,10 @@ def _build_group_module(joint, nodes, fixed_view, group_of, g, ph_index, out_lis
             inputs.append(("ph", ph_index[a]))
             env[a] = p
             return p
-        if a in fixed_view:
+        if a in fixed_view or a.op == "get_attr":
             v = graph.node_copy(a, load)
-            ops.append(str(a.target))
+            if a.op != "get_attr":
+                ops.append(str(a.target))
             env[a] = v
             return v
         src = group_of[a]
@@ -770,5 +953,5 @@ def _build_group_module(joint, nodes, fixed_view, group_of, g, ph_index, out_lis
         if n.target is not operator.getitem:
             ops.append(str(n.target))
     graph.output(tuple(env[n] for n in out_lists[g]))
-    gm = fx.GraphModule(torch.nn.Module(), graph)
+    gm = fx.GraphModule(joint, graph)  # the joint module owns the constants that get_attr nodes read
     return gm, inputs, tuple(ops)

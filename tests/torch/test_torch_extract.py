@@ -138,7 +138,7 @@ def test_bad_arguments():
     with pytest.raises(TypeError, match="`model`"):
         extract_graph(lambda z: z, x)
     with pytest.raises(TypeError, match="example_inputs"):
-        extract_graph(net, [x, 3])
+        extract_graph(net, [x, object()])
 
 
 def test_no_parameter_needs_grad():

@@ -144,15 +144,14 @@ def test_eval_mode_and_no_grad_run_the_plain_module():
 
 def test_errors():
     model, inputs = make_case("cnn")
-    rm = rematerialize(copy.deepcopy(model), inputs, cost_model="unit")
-    with pytest.raises(remat_core.RematError, match="input shapes"):
-        rm(torch.randn(1, 3, 32, 32))
     with pytest.raises(BudgetInfeasibleError, match="no plan"):
         rematerialize(copy.deepcopy(model), inputs, budget=1000, method="checkpoint-all", cost_model="unit")
     with pytest.raises(ValueError, match="`budget`"):
         rematerialize(copy.deepcopy(model), inputs, budget=1.5)
+    with pytest.raises(ValueError, match="`budget`"):
+        rematerialize(copy.deepcopy(model), inputs, budget="lots")
     with pytest.raises(TypeError, match="`budget`"):
-        rematerialize(copy.deepcopy(model), inputs, budget="1GB")
+        rematerialize(copy.deepcopy(model), inputs, budget=[1])
     with pytest.raises(remat_core.UnknownMethodError):
         rematerialize(copy.deepcopy(model), inputs, method="magic", cost_model="unit")
 

@@ -1,0 +1,351 @@
+"""What a plan was specialized on, and how a call is checked against it.
+
+Tracing turns one call of the model into a static graph. Whatever the trace
+saw and the graph cannot express is a *specialization*; a plan is only valid
+for calls that agree with it:
+
+* the structure of the call: positional and keyword arguments, the shapes,
+  dtypes, devices and ``requires_grad`` flags of its tensors and the values of
+  its non-tensor arguments (:func:`call_signature`);
+* the module tree's Python-level state: every submodule's ``training`` flag
+  and its plain attributes (numbers, strings, ``None``, tuples of them), one
+  level into plain attribute objects such as a Hugging Face ``config``
+  (:class:`AttributeSnapshot`), since ``forward`` may branch on them;
+* the values that tracing *read* from tensors (``aten._local_scalar_dense``:
+  ``.item()``, ``bool(tensor)``, ``mask.all()``), which a static graph cannot
+  depend on (:class:`ValueReads`).
+
+A value read is handled by specializing the trace on the value it had on the
+example inputs and keeping a *guard program*: the aten ops that computed the
+value, replayed on each call's inputs (usually a few mask ops), so a call
+whose value differs gets its own plan. Reads that depend on trainable
+parameters (their value changes every step), on random ops, or that are not
+reproducible are refused with the module path and source line that made them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from .extract import UnsupportedModelError
+
+__all__ = ["call_signature", "AttributeSnapshot", "ValueReads", "record_value_reads", "replaying_reads",
+           "source_location"]
+
+_PLAIN = (int, float, bool, str, bytes, type(None))
+_TORCH_DIR = os.path.dirname(os.path.dirname(__import__("torch").__file__))
+_HERE = os.path.dirname(__file__)
+
+
+def _plain(v) -> bool:
+    if isinstance(v, _PLAIN):
+        return True
+    if isinstance(v, (tuple, frozenset)) and len(v) <= 64:
+        return all(_plain(x) for x in v)
+    return False
+
+
+def tensor_signature(t) -> tuple:
+    """What a plan depends on in one tensor: shape, dtype, device, requires_grad."""
+    return (tuple(t.shape), t.dtype, t.device, bool(t.requires_grad))
+
+
+def call_signature(leaves) -> tuple:
+    """Hashable description of a flattened call (tensors by signature, other leaves by value)."""
+    import torch
+
+    out = []
+    for x in leaves:
+        if isinstance(x, torch.Tensor):
+            out.append(("T",) + tensor_signature(x))
+        else:
+            try:
+                hash(x)
+                out.append(("C", type(x).__name__, x))
+            except TypeError:
+                out.append(("C", type(x).__name__, repr(x)))
+    return tuple(out)
+
+
+class AttributeSnapshot:
+    """The Python-level state of a module tree that ``forward`` may read.
+
+    For every submodule: its ``training`` flag and its plain attributes
+    (``int``, ``float``, ``bool``, ``str``, ``None`` and tuples of them), and
+    the plain attributes of plain attribute objects one level down (a Hugging
+    Face ``config``, for instance). Taking a snapshot is a few dictionary
+    lookups per module, so it is checked on every call.
+    """
+
+    def __init__(self, model):
+        import torch
+
+        items = []
+        for _, mod in model.named_modules():
+            items.append((mod, None))
+            for k, v in vars(mod).items():
+                if k.startswith("_") and k != "_attn_implementation":
+                    continue
+                if _plain(v):
+                    items.append((mod, k))
+                elif (hasattr(v, "__dict__") and not isinstance(v, (torch.nn.Module, torch.Tensor, type))
+                      and not callable(v)):
+                    items.append((v, "__dict__"))
+        self._items = items
+        self.value = self.take()
+
+    def take(self) -> tuple:
+        out = []
+        for obj, k in self._items:
+            if k is None:
+                out.append(obj.training)
+            elif k == "__dict__":
+                out.append(tuple((a, b) for a, b in vars(obj).items() if _plain(b)))
+            else:
+                out.append(obj.__dict__.get(k, _MISSING))
+        return tuple(out)
+
+    def changed(self) -> bool:
+        return self.take() != self.value
+
+    def diff(self) -> str:
+        """The first attribute that differs from the snapshot, for messages."""
+        now = self.take()
+        for (obj, k), a, b in zip(self._items, self.value, now):
+            if a != b:
+                name = "training" if k is None else k
+                if k == "__dict__":
+                    da, db = dict(a), dict(b)
+                    keys = [x for x in set(da) | set(db) if da.get(x, _MISSING) != db.get(x, _MISSING)]
+                    name = f"{type(obj).__name__}.{keys[0] if keys else '?'}"
+                    return f"{name} changed"
+                return f"{type(obj).__name__}.{name} changed from {a!r} to {b!r}"
+        return "nothing changed"
+
+
+_MISSING = object()
+
+
+def source_location(frames=None) -> str:
+    """``file:line: code`` of the innermost frame outside torch and remat_torch."""
+    if frames is None:
+        frames = traceback.extract_stack()
+    for fr in reversed(frames):
+        f = os.path.abspath(fr.filename)
+        if f.startswith(_TORCH_DIR + os.sep + "torch" + os.sep) or f.startswith(_HERE) or "<frozen" in f:
+            continue
+        if os.sep + "contextlib.py" in f:
+            continue
+        return f"{fr.filename}:{fr.lineno}: {(fr.line or '').strip()}"
+    return "<unknown location>"
+
+
+@dataclass
+class _Ref:
+    kind: str  # "op" (index, output), "input" (leaf index), "state" (param/buffer name), "const" (tensor)
+    key: Any
+
+
+@dataclass
+class ValueReads:
+    """Values that tracing read from tensors, and the program that recomputes them.
+
+    Attributes
+    ----------
+    values : list
+        The values read, in the order the forward read them.
+    locations : list of str
+        ``file:line: code`` of each read.
+    scopes : list of str
+        The module path (``named_modules`` name) that made each read.
+    """
+
+    values: list = field(default_factory=list)
+    locations: list = field(default_factory=list)
+    scopes: list = field(default_factory=list)
+    program: list = field(default_factory=list)  # (op index, func, args, kwargs) in order
+    outputs: list = field(default_factory=list)  # op index of each read
+    clone_sources: bool = False
+    _cursor: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.values)
+
+    def reset(self) -> None:
+        self._cursor = 0
+
+    def evaluate(self, named_state: dict, inputs: list) -> list:
+        """The values the reads take on a call with ``inputs`` (and the model's current state)."""
+        import torch
+        from torch.utils._pytree import tree_flatten, tree_map
+
+        results: dict = {}
+
+        def resolve(x):
+            if not isinstance(x, _Ref):
+                return x
+            if x.kind == "op":
+                return results[x.key[0]][x.key[1]]
+            if x.kind == "input":
+                t = inputs[x.key]
+            elif x.kind == "state":
+                t = named_state[x.key]
+            else:
+                return x.key
+            return t.detach().clone() if self.clone_sources else t.detach()
+
+        with torch.no_grad():
+            for idx, func, args, kwargs in self.program:
+                a, k = tree_map(resolve, (args, kwargs))
+                out = func(*a, **k)
+                results[idx] = tree_flatten(out)[0]
+        return [results[i][0] for i in self.outputs]
+
+    def matches(self, named_state: dict, inputs: list) -> bool:
+        return self.evaluate(named_state, inputs) == self.values
+
+
+def _is_mutating(func) -> bool:
+    schema = getattr(func, "_schema", None)
+    return bool(schema is not None and schema.is_mutable)
+
+
+def record_value_reads(model, call_fn, inputs: list, scope_stack: list) -> ValueReads:
+    """Run the forward once for real and record every value it reads from a tensor.
+
+    ``call_fn(state, inputs)`` runs the model with the parameter/buffer dict
+    ``state`` on the tensor leaves ``inputs``. Buffers are cloned and the RNG
+    state is restored, so the model is not changed.
+    """
+    import torch
+    from torch.utils._pytree import tree_flatten, tree_map
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    local_scalar = torch.ops.aten._local_scalar_dense.default
+    state = {k: p.detach() for k, p in model.named_parameters()}
+    state.update({k: b.detach().clone() for k, b in model.named_buffers()})
+    trainable = {k for k, p in model.named_parameters() if p.requires_grad}
+    sources = {id(t): _Ref("state", k) for k, t in state.items()}
+    ins = [x.detach() if isinstance(x, torch.Tensor) else x for x in inputs]
+    sources.update({id(x): _Ref("input", i) for i, x in enumerate(ins) if isinstance(x, torch.Tensor)})
+    ops: list = []
+    producer: dict = {}
+    keep: list = []
+    reads: list = []
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+
+            def ref(x):
+                if isinstance(x, torch.Tensor):
+                    p = producer.get(id(x))
+                    if p is not None:
+                        return _Ref("op", p)
+                    s = sources.get(id(x))
+                    if s is not None:
+                        return s
+                    keep.append(x)
+                    return _Ref("const", x)
+                return x
+
+            a, k = tree_map(ref, (args, kwargs))
+            idx = len(ops)
+            ops.append((idx, func, a, k))
+            for j, o in enumerate(tree_flatten(out)[0]):
+                if isinstance(o, torch.Tensor):
+                    producer[id(o)] = (idx, j)
+                    keep.append(o)
+            if func is local_scalar:
+                reads.append((idx, out, source_location(), scope_stack[-1] if scope_stack else ""))
+            return out
+
+    with torch.random.fork_rng(devices=[]), Recorder():
+        call_fn(state, ins)
+
+    rv = ValueReads()
+    if not reads:
+        return rv
+    # backward slice from the reads
+    need = set()
+    todo = [r[0] for r in reads]
+    while todo:
+        i = todo.pop()
+        if i in need:
+            continue
+        need.add(i)
+        _, func, a, k = ops[i]
+        for x in tree_flatten((a, k))[0]:
+            if isinstance(x, _Ref) and x.kind == "op":
+                todo.append(x.key[0])
+    program = []
+    for i in sorted(need):
+        idx, func, a, k = ops[i]
+        where = next(((loc, sc) for (ri, _, loc, sc) in reads if ri >= i), (reads[-1][2], reads[-1][3]))
+        if torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()):
+            raise _refuse("depends on a random op", *where)
+        for x in tree_flatten((a, k))[0]:
+            if isinstance(x, _Ref) and x.kind == "state" and x.key in trainable:
+                raise _refuse(f"depends on the trainable parameter {x.key!r} (its value changes every step)",
+                              *where)
+        a, k = tree_map(lambda x: _Ref("const", x.key.detach().clone()) if isinstance(x, _Ref) and x.kind == "const"
+                        else x, (a, k))
+        program.append((idx, func, a, k))
+        rv.clone_sources |= _is_mutating(func)
+    rv.program = program
+    rv.outputs = [r[0] for r in reads]
+    rv.values = [r[1] for r in reads]
+    rv.locations = [r[2] for r in reads]
+    rv.scopes = [r[3] for r in reads]
+    return rv
+
+
+def _refuse(why: str, location: str, scope: str) -> UnsupportedModelError:
+    return UnsupportedModelError(
+        f"data-dependent control flow: module {scope or '<root>'!r} reads a tensor's value at {location}, "
+        f"and the value {why}, so no static plan can be made for it. Train this model under the live runtime "
+        "instead (`with remat_torch.dtr(budget=...):`, which needs no plan), or make that branch independent "
+        "of tensor values")
+
+
+@contextlib.contextmanager
+def replaying_reads(reads: ValueReads | None):
+    """Inside, fake tensors answer value reads with the recorded values, in order.
+
+    A read at another source line than recorded, or more reads than
+    recorded, means the forward's control flow is not reproducible: refused.
+    """
+    if not reads:
+        yield
+        return
+    import torch
+    import torch._subclasses.fake_impls as fi
+
+    key = torch.ops.aten._local_scalar_dense.default
+    table = fi.op_implementations_dict
+    saved = table.get(key)
+
+    def replay(fake_mode, func, arg):
+        i = reads._cursor
+        loc = source_location()
+        if i >= len(reads.values) or loc != reads.locations[i]:
+            raise UnsupportedModelError(
+                f"data-dependent control flow: a tensor's value is read at {loc}, but the recorded run read "
+                f"{'nothing more' if i >= len(reads.values) else 'at ' + reads.locations[i]}; the forward's "
+                "control flow is not reproducible. Train this model under `remat_torch.dtr(budget=...)` instead")
+        reads._cursor = i + 1
+        return reads.values[i]
+
+    table[key] = replay
+    try:
+        yield
+    finally:
+        if saved is None:
+            table.pop(key, None)
+        else:
+            table[key] = saved
