@@ -54,6 +54,7 @@ class RematModel(keras.Model):
     plan = property(lambda self: self._remat["plan"])
     budget_bytes = property(lambda self: int(self._remat["result"].budget_bytes))
     predicted_peak_bytes = property(lambda self: int(self._remat["result"].peak_memory_bytes))
+    run_info = property(lambda self: self._remat.get("info"), doc="RunInfo of the last traced step (or None).")
 
     def call(self, inputs, training=None):
         return self.inner(inputs, training=training)
@@ -84,7 +85,9 @@ class RematModel(keras.Model):
     def _step(self, x, y):
         xs, ys = _flat(x, "x"), _flat(y, "y")
         self._check(xs, ys)
-        return run_plan(self.extracted, self.plan, xs, ys)
+        r = run_plan(self.extracted, self.plan, xs, ys)
+        self._remat["info"] = r.info
+        return r
 
     def train_step(self, data):
         import tensorflow as tf

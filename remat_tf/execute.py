@@ -102,13 +102,17 @@ def _forward(eg: ExtractedGraph, c: int, xs: list, state: list):
     return list(tree.flatten(out)), tape, updates
 
 
-def _vjp(eg: ExtractedGraph, c: int, fv: _FwdValue, dys: list):
-    """Gradients of call ``c`` w.r.t. its differentiable inputs and its weights."""
+def _vjp(eg: ExtractedGraph, c: int, fv: _FwdValue, dys: list, extra: list = ()):
+    """Gradients of call ``c`` w.r.t. its differentiable inputs and its weights.
+
+    ``dys`` seeds the outputs; ``extra`` holds more ``(tensor, seed)`` pairs
+    for tensors recorded on the call's tape (a softmax output's logits).
+    """
     import tensorflow as tf
 
     call = eg.calls[c]
     targets, seeds = [], []
-    for out, dy in zip(fv.outs, dys):
+    for out, dy in [*zip(fv.outs, dys), *extra]:
         if dy is not None and out.dtype.is_floating:
             targets.append(out)
             seeds.append(dy)
@@ -130,6 +134,19 @@ def _sum(ts: list):
     if not ts:
         return None
     return ts[0] if len(ts) == 1 else tf.add_n(ts)
+
+
+def loss_structs(eg: ExtractedGraph, flat_pred: list, targets: list) -> tuple:
+    """``(y_true, y_pred)`` as the loss takes them: the model's output structure (a tensor for one output)."""
+    from keras import tree
+
+    struct = eg.functional._outputs_struct
+    y_pred = tree.pack_sequence_as(struct, flat_pred)
+    if len(targets) == 1:
+        return targets[0], y_pred
+    if len(targets) == len(flat_pred):
+        return tree.pack_sequence_as(struct, targets), y_pred
+    return list(targets), y_pred
 
 
 def run_plan(eg: ExtractedGraph, plan: ExecutionPlan, inputs: list, targets: list,
@@ -202,20 +219,28 @@ def run_plan(eg: ExtractedGraph, plan: ExecutionPlan, inputs: list, targets: lis
                 value = outs
             elif kind == "loss":
                 flat = [regs[dep_reg[oc]].outs[o] for oc, o in eg.outputs]
-                y_struct = tree.pack_sequence_as(eg.functional._outputs_struct, flat)
-                y_true = tree.pack_sequence_as(eg.functional._outputs_struct, targets) \
-                    if len(targets) == len(flat) and len(flat) > 1 else (targets[0] if len(targets) == 1 else targets)
+                y_true, y_struct = loss_structs(eg, flat, targets)
+                # a softmax output carries its logits and Keras's cross-entropies read those: the loss
+                # gradient then enters the output layer at its logits
+                logits = [getattr(t, "_keras_logits", None) for t in flat]
                 with tf.GradientTape() as tape:
-                    for t in flat:
+                    for t in flat + [t for t in logits if t is not None]:
                         tape.watch(t)
                     loss = eg.loss_fn(y_true, y_struct)
-                dys = tape.gradient(loss, flat, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+                sources = flat + [t for t in logits if t is not None]
+                grads = tape.gradient(loss, sources, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+                dys, dlogits = grads[:len(flat)], iter(grads[len(flat):])
                 seeds: dict = {}
-                for (oc, o), dy in zip(eg.outputs, dys):
-                    seeds[(oc, o)] = dy if (oc, o) not in seeds else seeds[(oc, o)] + dy
+                for (oc, o), dy, lg in zip(eg.outputs, dys, logits):
+                    seeds[("out", oc, o)] = dy if ("out", oc, o) not in seeds else seeds[("out", oc, o)] + dy
+                    if lg is not None:
+                        dl = next(dlogits)
+                        seeds[("logits", oc, o)] = dl if ("logits", oc, o) not in seeds else \
+                            seeds[("logits", oc, o)] + dl
                 regs[s.register] = (loss, seeds)
                 if first:
                     loss_value, y_pred = loss, flat
+                dys = list(grads)
                 value = [loss, *dys]
             else:
                 call = calls[c]
@@ -227,13 +252,16 @@ def run_plan(eg: ExtractedGraph, plan: ExecutionPlan, inputs: list, targets: lis
                     outs, tape, _ = _forward(eg, c, xs, pre_state[c])
                     fv = _FwdValue(outs, tape, xs, source)
                     info.forward_reruns += 1
-                dys = []
+                dys, extra = [], []
                 for o in range(call.n_outputs):
                     parts = [regs[dep_reg[eg.backward_index[u]]].get((c, o)) for u in call.users]
                     if c in out_calls:
-                        parts.append(regs[dep_reg[loss_k]][1].get((c, o)))
+                        seeds = regs[dep_reg[loss_k]][1]
+                        parts.append(seeds.get(("out", c, o)))
+                        if ("logits", c, o) in seeds:
+                            extra.append((fv.outs[o]._keras_logits, seeds[("logits", c, o)]))
                     dys.append(_sum(parts))
-                in_grads, w_grads = _vjp(eg, c, fv, dys)
+                in_grads, w_grads = _vjp(eg, c, fv, dys, extra)
                 regs[s.register] = {(call.inputs[i][1], call.inputs[i][2]): g
                                     for i, g in zip(call.grad_inputs, in_grads)}
                 if first:

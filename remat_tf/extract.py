@@ -18,6 +18,7 @@ Conv2D                   output elements x kernel_h x kernel_w x in_channels / g
 Conv2DTranspose          input elements x kernel_h x kernel_w x out_channels
 DepthwiseConv2D          output elements x kernel_h x kernel_w
 Dense                    in_features x out_features (x leading dims)
+MultiHeadAttention       projections + heads x T x S x (key_dim + value_dim + 1) + output projection
 BatchNormalization       4 x elements
 pooling                  output elements x pool window (global pooling: input elements)
 UpSampling2D             output elements (nearest) or 5 x output elements (bilinear)
@@ -77,6 +78,14 @@ def _layer_flops(layer: Any, in_shapes: list[tuple], out_shape: tuple) -> int:
     elif kind == "Dense":
         kernel = layer.kernel.shape
         flops = (in_el[0] // int(kernel[0])) * int(kernel[0]) * int(kernel[1])
+    elif kind == "MultiHeadAttention":
+        t_len, s_len = in_el[0] // int(in_shapes[0][-1]), in_el[-1] // int(in_shapes[-1][-1])
+        heads, kd = int(layer.num_heads), int(layer.key_dim)
+        vd = int(layer.value_dim or kd)
+        d_q, d_v = int(in_shapes[0][-1]), int(in_shapes[-1][-1])
+        flops = (t_len * d_q * heads * kd + s_len * d_v * heads * (kd + vd)  # projections
+                 + heads * t_len * s_len * (kd + vd + 1)  # scores, softmax, context
+                 + t_len * heads * vd * int(out_shape[-1]))  # output projection
     elif kind == "BatchNormalization" or kind == "LayerNormalization":
         flops = 4 * in_el[0]
     elif kind in ("MaxPooling2D", "AveragePooling2D"):

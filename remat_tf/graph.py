@@ -273,7 +273,8 @@ def _skeleton_deps(calls: list[Call], outputs: list[tuple]) -> tuple[list[list[i
     m = len(calls)
     deps: list[list[int]] = [list(c.producers) for c in calls]
     names = [c.name for c in calls]
-    deps.append(sorted({c for c, _ in outputs}))
+    # the loss reads the outputs, and a softmax output's logits (the output layer's input, at most)
+    deps.append(sorted({c for c, _ in outputs} | {p for c, _ in outputs for p in calls[c].producers}))
     names.append("loss")
     backward_index: dict[int, int] = {}
     out_calls = {c for c, _ in outputs}
