@@ -5,6 +5,9 @@ its first argument and writes ``("ok", BackendResult)`` or ``("error",
 message)`` to its second, through a temporary name so that the parent never
 reads half a file. Schedules pass to and from the parent's MILP through two
 mailbox files in the job's directory (:class:`~remat_core.solvers.portfolio._Mailbox`).
+Its third argument is the parent's pid: when that process dies (even of
+``SIGKILL``), this one removes the job's directory and exits
+(:func:`~remat_core.solvers._lifeline.die_with_parent`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,10 @@ import time
 
 def main(argv: list[str]) -> int:
     job_path, result_path = argv[1], argv[2]
+    if len(argv) > 3:   # the parent's pid: this process and the job's folder do not outlive it
+        from remat_core.solvers._lifeline import die_with_parent
+
+        die_with_parent(int(argv[3]), os.path.dirname(os.path.abspath(job_path)))
     try:
         with open(job_path, "rb") as f:
             job = pickle.load(f)

@@ -28,7 +28,9 @@ The child is a fresh interpreter (``python -m remat_core.solvers._portfolio_work
 rather than a ``multiprocessing`` process: forking a process that runs solver
 threads is unsafe, and the *spawn* start method re-imports the caller's main
 script, which fails in scripts without an ``if __name__ == "__main__"`` guard.
-The program travels to it as a pickle in a temporary directory.
+The program travels to it as a pickle in a temporary directory. The child
+and the directory go with this process however it ends (exception, ``SIGINT``,
+``SIGTERM``, ``SIGKILL``: :mod:`~remat_core.solvers._lifeline`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ import numpy as np
 
 from ..formulation.standard_form import StandardForm
 from ..schedule import SolveStatus
+from ._lifeline import track, untrack
 from .backends import BackendResult
 
 __all__ = ["race", "cpu_count"]
@@ -165,9 +168,17 @@ class _Child:
             env[var] = "1"   # one core is its share
         self.stderr = open(os.path.join(self.dir, "stderr.txt"), "wb")
         self.started = time.perf_counter()
-        self.proc = subprocess.Popen([sys.executable, "-m", "remat_core.solvers._portfolio_worker", job, self.result],
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.stderr,
-                                     env=env)
+        self.proc = None
+        # on SIGTERM to this process, close() runs first (the child itself dies with this process however it ends)
+        self._tracked = track(self.close)
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "remat_core.solvers._portfolio_worker", job,
+                                          self.result, str(os.getpid())],
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.stderr,
+                                         env=env)
+        except BaseException:
+            self.close()
+            raise
         self.outcome: tuple[str, Any] | None = None   # ("ok", BackendResult) or ("error", message)
 
     def poll(self) -> tuple[str, Any] | None:
@@ -197,11 +208,12 @@ class _Child:
 
     def close(self) -> None:
         """Kill the child if it still runs and remove its files (again: nothing more to do)."""
-        if self.proc.poll() is None:
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
         self.stderr.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+        untrack(self._tracked)
 
 
 def _combine(milp: BackendResult, bc: BackendResult | None) -> BackendResult:
