@@ -47,10 +47,15 @@ ILP_MAX_NONZEROS = 2_000_000
 LP_MAX_NONZEROS = 20_000_000
 #: The heuristics ``auto`` always runs first, cheapest result kept. Methods that apply to chains only raise
 #: GraphValidationError elsewhere and are skipped.
-BASELINES = ("checkpoint-all", "rotor", "chen-greedy", "chen-sqrtn", "griewank-logn", "ap-greedy", "ap-sqrtn",
+BASELINES = ("checkpoint-all", "dtr", "rotor", "chen-greedy", "chen-sqrtn", "griewank-logn", "ap-greedy", "ap-sqrtn",
              "linearized-greedy", "linearized-sqrtn")
-#: Methods registered by other modules that ``auto`` also runs on the large-graph path when present.
-LARGE_GRAPH_METHODS = ("dtr", "segments")
+#: Methods ``auto`` runs on the large-graph path when they are registered.
+LARGE_GRAPH_METHODS = ("segments",)
+#: About how many simulations each baseline runs (its family of schedules; 2 for the others): a baseline is
+#: skipped when that many times one simulation is more than half of the time left (5,000-node graphs: 0.1-0.3 s
+#: a simulation on an idle core).
+_SIMULATIONS = {"checkpoint-all": 1, "dtr": 3, "rotor": 3, "ap-greedy": 45, "ap-sqrtn": 45, "linearized-greedy": 45,
+                "linearized-sqrtn": 45, "chen-greedy": 45, "chen-sqrtn": 45, "griewank-logn": 10}
 #: Time kept back from the limit for the final re-simulation and the result (seconds).
 _RESERVE_S = 0.05
 
@@ -108,6 +113,21 @@ def _run(name: str, graph: Graph, budget_bytes: int, **options: Any) -> RematRes
         return None
 
 
+def _exact(method: str, graph: Graph, budget_bytes: int, options: dict[str, Any], deadline: float | None
+           ) -> tuple[RematResult | None, str]:
+    """Run a formulation-based method: in a child killed at ``deadline`` (their own limits overshoot), else here."""
+    from ._deadline import call_with_deadline, in_child
+
+    if deadline is None:
+        return _run(method, graph, budget_bytes, **options), ""
+    if in_child():
+        left = deadline - time.perf_counter() - _RESERVE_S
+        if left <= 0.1:
+            return None, f"{method}: not started, {left:.2f} s left"
+        return _run(method, graph, budget_bytes, time_limit_s=left, **options), ""
+    return call_with_deadline(method, graph, budget_bytes, options, deadline - _RESERVE_S)
+
+
 def solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None = 60.0,
                memory_limit_bytes: int | None = DEFAULT_MODEL_BYTES_LIMIT, threads: int | None = None,
                verbose: bool = False) -> RematResult:
@@ -156,25 +176,37 @@ def solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None = 60.
     best = _Best(graph, budget_bytes)
     path = choose_path(graph, time_limit_s, memory_limit_bytes)
 
+    sim_s = 0.0   # one simulation's time, measured on checkpoint-all (the first baseline)
     for name in BASELINES:
-        res = _run(name, graph, budget_bytes)
+        if name not in _METHODS:
+            continue
+        remaining = left()
+        if remaining is not None and _SIMULATIONS.get(name, 2) * sim_s > 0.5 * remaining:
+            best.tried[name] = {"status": "skipped", "message": "too little time left for its family of schedules"}
+            continue
+        t0 = time.perf_counter()
+        try:
+            res = _run(name, graph, budget_bytes)
+        except Exception as exc:   # a broken heuristic must not cost the others' schedules
+            log.warning("auto: %s failed: %s: %s", name, type(exc).__name__, exc)
+            best.tried[name] = {"status": "error", "message": f"{type(exc).__name__}: {exc}"}
+            continue
+        if name == "checkpoint-all":
+            sim_s = time.perf_counter() - t0
         if res is not None:
             best.offer(name, res)
     cost_floor = float(np.sum(graph.cost))   # every node is computed at least once
     best.lower_bound = cost_floor if best.lower_bound is None else max(best.lower_bound, cost_floor)
 
-    if path == "ilp":
-        remaining = left()
-        if remaining is None or remaining > 0.1:
-            warm = best.result.schedule if best.result is not None else True
-            res = _run("ilp", graph, budget_bytes, time_limit_s=remaining, warm_start=warm, threads=threads,
-                       verbose=verbose)
-            best.offer("ilp", res)
-    elif path == "lp-rounding":
-        remaining = left()
-        if remaining is None or remaining > 0.1:
-            best.offer("lp-rounding", _run("lp-rounding", graph, budget_bytes, time_limit_s=remaining,
-                                           verbose=verbose))
+    if path in ("ilp", "lp-rounding"):
+        opts: dict[str, Any] = {"verbose": verbose}
+        if path == "ilp":
+            opts.update(threads=threads, warm_start=best.result.schedule if best.result is not None else True)
+        res, why = _exact(path, graph, budget_bytes, opts, None if time_limit_s is None else start + float(time_limit_s))
+        if res is not None:
+            best.offer(path, res)
+        else:
+            best.tried[path] = {"status": "stopped", "message": why}
     if path == "large":
         for name in LARGE_GRAPH_METHODS:
             remaining = left()

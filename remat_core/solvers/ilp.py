@@ -542,6 +542,15 @@ def solve_ilp(
         raise UnknownMethodError(
             f"unknown `formulation` {formulation!r}; available: {', '.join(available_formulations())}")
     get_backend(backend)   # an unknown or uninstalled backend is an error now, not after the warm start
+    from ._deadline import guard
+
+    # a program over the memory limit is not built; with a time limit, a large one is solved in a child killed
+    # at the limit (build and presolve cannot be interrupted here): see _deadline
+    guarded = guard("ilp", graph, budget_bytes, dict(
+        backend=backend, formulation=formulation, mip_rel_gap=mip_rel_gap, threads=threads, verbose=verbose,
+        warm_start=warm_start, solver_options=solver_options, cuts=cuts, search=search), time_limit_s)
+    if guarded is not None:
+        return guarded
     start = time.perf_counter()
     base_cost = float(graph.cost.sum())
     if search == "auto":

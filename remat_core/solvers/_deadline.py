@@ -1,0 +1,253 @@
+"""Run a method in a child process that is killed at a deadline, so that a time limit holds.
+
+Building a large program, HiGHS's presolve and the rounding loops cannot be
+interrupted from inside at an arbitrary point: ``ilp`` with ``time_limit_s=2``
+ran 60 s on a 353-node graph. :func:`call_with_deadline` runs
+``solve(graph, budget, method, **options)`` in a fresh interpreter
+(``python -m remat_core.solvers._deadline_worker``, for the reasons
+:mod:`~remat_core.solvers.portfolio` gives against ``multiprocessing``) with a
+slightly shorter time limit of its own; if the child has not answered by the
+deadline, its whole process group (the portfolio's branch-and-cut child
+included) is killed and the caller goes on with the schedule it already had.
+The child's temporary files live in the job's directory (``TMPDIR`` points
+there), which is removed in every case, interrupts included.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from ..graph import Graph
+from ..schedule import RematResult
+
+__all__ = ["DeadlineChild", "call_with_deadline", "guarded_solve", "guard", "in_child", "CHILD_STARTUP_S"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds from starting the child to its first line of solver work (the interpreter, numpy, scipy and
+#: remat_core's imports): about 0.3 s measured on an idle 2-core machine; more under load.
+CHILD_STARTUP_S = 0.6
+#: Seconds the child keeps back from its own limit to pickle its result before the parent's deadline.
+_CHILD_REPORT_S = 0.15
+_POLL_S = 0.02
+_ENV_FLAG = "REMAT_DEADLINE_CHILD"
+
+
+def in_child() -> bool:
+    """Whether this process is a deadline child (so a method must not start another one)."""
+    return os.environ.get(_ENV_FLAG) == "1"
+
+
+class DeadlineChild:
+    """``solve(graph, budget_bytes, method, **options)`` started in a child process, killed at ``deadline``.
+
+    Start it, do other work meanwhile, then :meth:`wait`; :meth:`close` (also
+    called by :meth:`wait`) kills whatever is left and removes the files.
+    """
+
+    def __init__(self, method: str, graph: Graph, budget_bytes: int, options: dict[str, Any], deadline: float,
+                 time_option: str = "time_limit_s"):
+        self.method, self.deadline = method, deadline
+        self.folder = tempfile.mkdtemp(prefix="remat-deadline-")
+        self.proc: subprocess.Popen | None = None
+        self.out = os.path.join(self.folder, "result.pkl")
+        self.why = ""
+        try:
+            left = deadline - time.perf_counter()
+            child_limit = left - CHILD_STARTUP_S - _CHILD_REPORT_S
+            if child_limit <= 0.05:
+                self.why = f"{method}: not started, {left:.2f} s left is less than a child's start-up"
+                return
+            opts = dict(options)
+            opts[time_option] = child_limit
+            job = os.path.join(self.folder, "job.pkl")
+            with open(job, "wb") as f:
+                pickle.dump({"method": method, "graph": graph, "budget_bytes": int(budget_bytes), "options": opts},
+                            f, protocol=pickle.HIGHEST_PROTOCOL)
+            child_tmp = os.path.join(self.folder, "tmp")
+            os.mkdir(child_tmp)
+            env = dict(os.environ, TMPDIR=child_tmp, **{_ENV_FLAG: "1"})
+            self.proc = subprocess.Popen([sys.executable, "-m", "remat_core.solvers._deadline_worker", job, self.out],
+                                         env=env, start_new_session=True, stdin=subprocess.DEVNULL)
+        except BaseException:
+            self.close()
+            raise
+
+    def wait(self) -> tuple[RematResult | None, str]:
+        """The child's verified result, or ``None`` and why (time limit, its error)."""
+        try:
+            if self.proc is None:
+                return None, self.why
+            while not os.path.exists(self.out):
+                if self.proc.poll() is not None and not os.path.exists(self.out):
+                    return None, f"{self.method}: the child process exited with code {self.proc.returncode} without a result"
+                if time.perf_counter() >= self.deadline:
+                    return None, f"{self.method}: stopped at the time limit"
+                time.sleep(_POLL_S)
+            with open(self.out, "rb") as f:
+                kind, payload = pickle.load(f)
+            if kind == "error":
+                return None, f"{self.method}: {payload}"
+            return payload, ""
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Kill the child's process group (if running) and remove the job's files."""
+        if self.proc is not None:
+            _kill_group(self.proc)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def call_with_deadline(method: str, graph: Graph, budget_bytes: int, options: dict[str, Any],
+                       deadline: float, time_option: str = "time_limit_s") -> tuple[RematResult | None, str]:
+    """``solve(graph, budget_bytes, method, **options)`` in a child, killed at ``deadline``.
+
+    Parameters
+    ----------
+    deadline : float
+        Absolute :func:`time.perf_counter` time by which this call returns.
+    time_option : str
+        The option the child's time limit is passed as (what is left to the
+        deadline, less its start-up and report time).
+
+    Returns
+    -------
+    (RematResult or None, str)
+        The child's verified result, or ``None`` with the reason (time limit,
+        the child's error).
+    """
+    return DeadlineChild(method, graph, budget_bytes, options, deadline, time_option).wait()
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill the child and everything it started (its own session), then reap it."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):   # already gone
+            pass
+    else:
+        try:   # the child is done; anything it left running in its group goes too
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:   # pragma: no cover - SIGKILL is not ignorable
+        log.warning("deadline child %d did not exit after SIGKILL", proc.pid)
+
+
+#: Heuristics the parent runs for its fallback schedule while the child solves (milliseconds on the graphs
+#: whose program passes the memory guard); chain-only methods are skipped on other graphs.
+FALLBACK_METHODS = ("checkpoint-all", "rotor", "ap-greedy", "linearized-greedy", "linearized-sqrtn", "dtr")
+#: Programs with fewer estimated nonzeros than this run in-process: their build and LP take well under a
+#: second, and tests reach into the solvers' internals there (monkeypatching a child cannot see).
+GUARD_MIN_NONZEROS = 150_000
+
+
+def guard(method: str, graph: Graph, budget_bytes: int, options: dict[str, Any],
+          time_limit_s: float | None) -> RematResult | None:
+    """What a formulation-based method returns instead of building its program here, or ``None`` to go on.
+
+    * The estimated program (:func:`~remat_core.formulation.size.estimate_milp_size`) is over
+      :data:`~remat_core.formulation.size.DEFAULT_MODEL_BYTES_LIMIT`: nothing is built; the cheapest
+      heuristic schedule is returned with a message saying so (``NO_SOLUTION`` without one).
+    * A time limit is set, this is not already a deadline child, and the program has at least
+      :data:`GUARD_MIN_NONZEROS` nonzeros: :func:`guarded_solve`.
+    """
+    from ..formulation.size import DEFAULT_MODEL_BYTES_LIMIT, estimate_milp_size
+    from ..units import format_bytes
+
+    size = estimate_milp_size(graph)
+    if not size.fits(DEFAULT_MODEL_BYTES_LIMIT):
+        why = (f"{method}: the program would need about {format_bytes(size.bytes)} "
+               f"({size.nonzeros:.3g} nonzeros), over the {format_bytes(DEFAULT_MODEL_BYTES_LIMIT)} model limit; "
+               f"not built (method 'auto' or 'segments' handle graphs this large)")
+        return _with_fallback(graph, budget_bytes, None, why, time.perf_counter(),
+                              None if time_limit_s is None else time.perf_counter() + float(time_limit_s))
+    if time_limit_s is not None and not in_child() and size.nonzeros >= GUARD_MIN_NONZEROS:
+        return guarded_solve(method, graph, budget_bytes, options, time_limit_s)
+    return None
+
+
+def guarded_solve(method: str, graph: Graph, budget_bytes: int, options: dict[str, Any],
+                  time_limit_s: float) -> RematResult:
+    """``method`` within ``time_limit_s``, start-up included: in a deadline child, with a fallback.
+
+    The child starts first; meanwhile this process finds the cheapest schedule
+    of :data:`FALLBACK_METHODS`. If the child answers in time, its result is
+    returned (the fallback's schedule where it is cheaper, with the child's
+    bound); if not, the fallback schedule is returned as ``FEASIBLE`` with the
+    lower bound every schedule has (each node computed once), or no schedule
+    with status ``NO_SOLUTION`` when no heuristic found one.
+    """
+    import numpy as np
+
+    from ..errors import GraphValidationError
+    from ..schedule import SolveStatus
+    from . import _METHODS, solve
+
+    start = time.perf_counter()
+    deadline = start + float(time_limit_s)
+    child = DeadlineChild(method, graph, budget_bytes, options, deadline)
+    try:
+        return _with_fallback(graph, budget_bytes, child, "", start, deadline)
+    finally:
+        child.close()
+
+
+def _with_fallback(graph: Graph, budget_bytes: int, child: DeadlineChild | None, why: str, start: float,
+                   deadline: float | None) -> RematResult:
+    """The child's result or the cheapest fallback heuristic's schedule, whichever is better (see guarded_solve)."""
+    import numpy as np
+
+    from ..errors import GraphValidationError
+    from ..schedule import SolveStatus
+    from . import _METHODS, solve
+
+    fallback: RematResult | None = None
+    for name in FALLBACK_METHODS:
+        if name not in _METHODS or (deadline is not None and time.perf_counter() >= deadline):
+            continue
+        try:
+            res = solve(graph, budget_bytes, method=name)
+        except GraphValidationError:
+            continue
+        except Exception as exc:   # an optional heuristic's failure must not cost the solve
+            log.debug("fallback %s failed: %s", name, exc)
+            continue
+        if res.success and (fallback is None or res.objective < fallback.objective):
+            fallback = res
+    got = None
+    if child is not None:
+        got, why = child.wait()
+    elapsed = time.perf_counter() - start
+    if got is not None and (fallback is None or (got.success and got.objective <= fallback.objective)):
+        got.stats["deadline_child"] = True
+        return got
+    bound = float(np.sum(graph.cost))
+    stats: dict[str, Any] = {"deadline_child": child is not None, "why": why or (got.message if got is not None else "")}
+    if got is not None:
+        stats["child_status"] = got.status.value
+        if got.status is SolveStatus.INFEASIBLE:
+            return got
+        if got.lower_bound is not None:
+            bound = max(bound, got.lower_bound)
+    if fallback is None:
+        return RematResult(status=SolveStatus.NO_SOLUTION, stats=stats,
+                           message=f"{stats['why']} after {elapsed:.2f} s; no heuristic schedule fits either")
+    bound = min(bound, fallback.objective)
+    status = SolveStatus.OPTIMAL if fallback.objective <= bound * (1 + 1e-9) else SolveStatus.FEASIBLE
+    stats["fallback_method"] = fallback.method
+    return RematResult(status=status, schedule=fallback.schedule, lower_bound=bound, stats=stats,
+                       message=f"{stats['why']} after {elapsed:.2f} s; returning {fallback.method}'s schedule")
