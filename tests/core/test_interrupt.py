@@ -100,3 +100,41 @@ def test_a_signal_to_remat_solve_leaves_no_process_and_no_folder(tmp_path, sig):
                     pass
             pytest.fail(f"{_SETTLE_S} s after {sig.name}: processes {procs}, folders {folders}")
         time.sleep(0.1)
+
+
+def test_sigkill_to_a_sweep_on_the_embedded_dask_cluster_leaves_no_process(tmp_path):
+    # the cluster's worker processes, and the portfolio's child under a worker, die with the sweep
+    pytest.importorskip("distributed")
+    g = random_training_graph(*_GRAPH[:2], seed=_GRAPH[2])
+    path = tmp_path / "graph.json"
+    path.write_text(__import__("json").dumps(g.to_dict()))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp), PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from remat_core.cli import main; sys.exit(main())",
+                             "sweep", str(path), "--budgets", str(_BUDGET), "--methods", "ilp", "--scheduler",
+                             "embedded", "--workers", "1", "--no-progress"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=str(tmp_path))
+    deadline = time.monotonic() + 90
+    while not any("_portfolio_worker" in cmd and str(tmp) in cmd for _, _, cmd in _processes()):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("the sweep's solve did not start the portfolio's child within 90 s")
+        time.sleep(0.1)
+    workers = [pid for pid, ppid, _ in _processes() if ppid == proc.pid]
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + _SETTLE_S
+    while True:
+        alive = [p for p in _processes() if p[0] in workers or p[1] in workers or str(tmp) in p[2]]
+        folders = [f for f in os.listdir(tmp) if f.startswith("remat-")]
+        if not alive and not folders:
+            break
+        if time.monotonic() > deadline:
+            for pid, _, _ in alive:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            pytest.fail(f"{_SETTLE_S} s after SIGKILL: processes {alive}, folders {folders}")
+        time.sleep(0.1)
