@@ -10,7 +10,8 @@ slightly shorter time limit of its own; if the child has not answered by the
 deadline, its whole process group (the portfolio's branch-and-cut child
 included) is killed and the caller goes on with the schedule it already had.
 The child's temporary files live in the job's directory (``TMPDIR`` points
-there), which is removed in every case, interrupts included.
+there), which is removed in every case, interrupts included; the child dies
+with this process (:mod:`~remat_core.solvers._lifeline`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 from ..graph import Graph
 from ..schedule import RematResult
+from ._lifeline import track, untrack
 
 __all__ = ["DeadlineChild", "call_with_deadline", "guarded_solve", "guard", "in_child", "CHILD_STARTUP_S"]
 
@@ -61,6 +63,7 @@ class DeadlineChild:
         self.proc: subprocess.Popen | None = None
         self.out = os.path.join(self.folder, "result.pkl")
         self.why = ""
+        self._key: int | None = None
         try:
             left = deadline - time.perf_counter()
             child_limit = left - CHILD_STARTUP_S - _CHILD_REPORT_S
@@ -76,8 +79,10 @@ class DeadlineChild:
             child_tmp = os.path.join(self.folder, "tmp")
             os.mkdir(child_tmp)
             env = dict(os.environ, TMPDIR=child_tmp, **{_ENV_FLAG: "1"})
-            self.proc = subprocess.Popen([sys.executable, "-m", "remat_core.solvers._deadline_worker", job, self.out],
+            self.proc = subprocess.Popen([sys.executable, "-m", "remat_core.solvers._deadline_worker", job, self.out,
+                                          str(os.getpid())],
                                          env=env, start_new_session=True, stdin=subprocess.DEVNULL)
+            self._key = track(self.close)   # SIGTERM to this process kills the child too (_lifeline)
         except BaseException:
             self.close()
             raise
@@ -106,6 +111,9 @@ class DeadlineChild:
         if self.proc is not None:
             _kill_group(self.proc)
         shutil.rmtree(self.folder, ignore_errors=True)
+        if self._key is not None:
+            untrack(self._key)
+            self._key = None
 
 
 def call_with_deadline(method: str, graph: Graph, budget_bytes: int, options: dict[str, Any],

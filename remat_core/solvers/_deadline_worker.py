@@ -15,6 +15,9 @@ import sys
 
 def main(argv: list[str]) -> int:
     job_path, result_path = argv[1], argv[2]
+    from remat_core.solvers._lifeline import die_with_parent
+
+    die_with_parent(int(argv[3]) if len(argv) > 3 else os.getppid(), os.path.dirname(os.path.abspath(job_path)))
     try:
         with open(job_path, "rb") as f:
             job = pickle.load(f)
