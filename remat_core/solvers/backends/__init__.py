@@ -8,6 +8,12 @@ A backend solves a program in standard form
 and never sees the graph. Each backend module defines ``solve(...)`` with the
 signature of :func:`solve_arrays`, imports its library inside it, and maps the
 library's statuses to :class:`~remat_core.SolveStatus` with a literal table.
+
+This package imports only the errors and ``SolveStatus`` of the core (and a
+backend's library, inside its ``solve``): never the graph, the formulation or
+the simulator, so that a backend can be tested and replaced on arrays alone.
+:func:`lp_sequence` keeps one HiGHS model across a sequence of LPs that differ
+in bounds or added rows, re-solving each from the last basis.
 """
 
 from __future__ import annotations
