@@ -664,6 +664,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         from remat_torch.demo import run_demo  # the demo trains PyTorch models
     except ImportError as exc:
         raise CLIError(f"the demo needs PyTorch (pip install 'remat[torch]'): {exc}") from None
+    text = args.fraction.strip()
+    try:
+        args.fraction = float(text[:-1] if text.endswith("x") else text)
+    except ValueError:
+        raise CLIError(f"`--fraction` must be a fraction of activation memory such as 0.4; got {text!r}") from None
+    if not 0 < args.fraction <= 1:
+        raise CLIError(f"`--fraction` of activation memory must be in (0, 1]; got {text!r}")
     _check_out_dir(args.out, "--out")
     return run_demo(args)
 
@@ -789,11 +796,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default="demo_out", help="output folder (default: demo_out)")
     d.add_argument("--graph", default="vgg16", help="zoo graph of the budget sweep (default vgg16): " + _GRAPH_HELP)
     d.add_argument("--batch-size", type=int, default=32, help="batch size of the zoo graph (default 32)")
-    d.add_argument("--fractions", default="0.5",
-                   help="budget of the trained models as a fraction of their activation memory (default 0.5)")
+    d.add_argument("--fraction", default="0.4",
+                   help="budget of the trained models as a fraction of their activation memory (default 0.4)")
     d.add_argument("--steps", type=int, default=3, help="training steps per model (default 3)")
     d.add_argument("--num", type=int, default=6, help="budgets in the sweep (default 6)")
-    d.add_argument("--time-limit", type=float, default=10.0, help="time_limit_s of each solve (default 10)")
+    d.add_argument("--time-limit", type=float, default=5.0, help="time_limit_s of each solve (default 5)")
     d.add_argument("--workers", type=int, default=None, help="parallel workers of the sweep (default: CPU count)")
     d.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     d.set_defaults(fn=_cmd_demo)

@@ -1,0 +1,262 @@
+"""The end-to-end demo behind ``make demo`` (``remat demo``).
+
+1. Train a small transformer and a CNN (:mod:`remat_torch.models`) for a few
+   steps under a memory budget well below what they need without
+   rematerialization, and print for each: the budget, checkpoint-all's peak,
+   the plan's predicted and *measured* peak, the step time against eager
+   PyTorch, what ``torch.utils.checkpoint`` gives at that memory, and the
+   solve time.
+2. Sweep a zoo model's budgets from the hard lower bound (no schedule exists
+   below it) to checkpoint-all's peak with every method that applies.
+3. Write the plots: the trade-off curves of the sweep, the R/S matrices and
+   the memory timeline of the transformer's plan.
+
+Peaks are measured with :class:`remat_torch.meter.AllocatorMeter` (the c10
+CPU allocator's events) around one training step, plus the parameters and
+inputs that exist before the step: the same total the budget counts.
+
+Run ``remat demo --help`` for the options; ``python -m remat_torch.demo``
+does the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import statistics
+import sys
+import time
+import warnings
+from typing import Any, Callable
+
+import torch
+
+from remat_core import available_methods, checkpoint_all_peak_bytes
+from remat_core.units import budget_fraction, format_bytes, min_budget_bytes
+
+from . import rematerialize
+from .meter import AllocatorMeter
+from .models import TransformerLM, mid_cnn
+
+__all__ = ["run_demo", "main"]
+
+
+def _loss(y: torch.Tensor) -> torch.Tensor:
+    return y.float().pow(2).mean()
+
+
+def _models(seed: int = 0) -> list[tuple[str, torch.nn.Module, torch.Tensor, Callable, tuple[int, ...]]]:
+    """(name, model, input, forward with checkpoint_sequential(k), the k to try) of the two trained models."""
+    from torch.utils.checkpoint import checkpoint_sequential
+
+    torch.manual_seed(seed)
+    lm = TransformerLM(vocab=512, dim=128, heads=4, n_layers=4, seq_len=128, p_drop=0.0)
+    tokens = torch.randint(0, 512, (8, 128))
+
+    def lm_ckpt(model, x, k):
+        h = model.embed(x) + model.pos[:, : x.shape[1]]
+        h = checkpoint_sequential(model.blocks, k, h, use_reentrant=False)
+        return model.head(model.ln(h))
+
+    cnn = mid_cnn()
+    images = torch.randn(16, 3, 32, 32)
+
+    def cnn_ckpt(model, x, k):
+        return checkpoint_sequential(model, k, x, use_reentrant=False)
+
+    return [("transformer (4 blocks, dim 128, 8 x 128 tokens)", lm, tokens, lm_ckpt, (1, 2, 4)),
+            ("CNN (VGG-like, BatchNorm, 16 x 3 x 32 x 32)", cnn, images, cnn_ckpt, (1, 2, 4, 8))]
+
+
+def _step(model, x, forward=None) -> float:
+    model.zero_grad(set_to_none=True)
+    loss = _loss(forward(model, x) if forward else model(x))
+    loss.backward()
+    return float(loss.detach())
+
+
+def _peak(model, x, outside: int, forward=None) -> int:
+    """Total bytes at the peak of one training step: the allocator's rise plus what existed before it."""
+    model.zero_grad(set_to_none=True)
+    with AllocatorMeter() as meter:
+        _step(model, x, forward)
+    return int(meter.peak_bytes) + outside
+
+
+def _times(fns: dict[str, Callable[[], Any]], reps: int) -> dict[str, float]:
+    """Median seconds of each function, run interleaved (the machine's drift falls on all alike)."""
+    out: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(reps):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            out[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in out.items()}
+
+
+def _train_one(name, model, x, ckpt_forward, segments, fraction: float, method: str, steps: int, time_limit_s: float,
+               reps: int) -> dict[str, Any]:
+    outside = sum(p.nbytes for p in model.parameters()) + x.nbytes
+    eager = copy.deepcopy(model)
+    t0 = time.perf_counter()
+    rm = rematerialize(copy.deepcopy(model), x, budget=fraction, method=method, time_limit_s=time_limit_s)
+    plan_s = time.perf_counter() - t0
+    graph = rm.extracted.graph
+    budget = rm.result.budget_bytes
+    opt = torch.optim.Adam(rm.parameters(), lr=2e-3)
+    losses = []
+    for _ in range(steps):
+        losses.append(_step(rm, x))
+        opt.step()
+    _step(eager, x)
+    measured = _peak(rm, x, outside)
+    eager_peak = _peak(eager, x, outside)
+    # torch.utils.checkpoint: the fewest segments (the least recomputation) whose measured peak fits the budget
+    ckpt = {}
+    for k in segments:
+        m = copy.deepcopy(model)
+        fwd = (lambda mm, xx, k=k: ckpt_forward(mm, xx, k))
+        _step(m, x, fwd)
+        ckpt[k] = (m, fwd, _peak(m, x, outside, fwd))
+        if ckpt[k][2] <= budget:
+            break
+    best = next((k for k, v in ckpt.items() if v[2] <= budget), None)
+    fns = {"eager": lambda: _step(eager, x), "remat": lambda: _step(rm, x)}
+    if best is not None:
+        fns["ckpt"] = lambda: _step(ckpt[best][0], x, ckpt[best][1])
+    t = _times(fns, reps)
+    return {
+        "name": name, "nodes": graph.n, "budget": budget, "fraction": budget_fraction(graph, budget),
+        "checkpoint_all_peak": checkpoint_all_peak_bytes(graph), "eager_peak": eager_peak,
+        "predicted": rm.predicted_peak_bytes, "measured": measured, "method": rm.result.method,
+        "status": rm.result.status.value, "solve_s": rm.result.solve_time_s, "plan_s": plan_s,
+        "eager_s": t["eager"], "remat_s": t["remat"], "losses": losses,
+        "ckpt_best": (best, t["ckpt"], ckpt[best][2]) if best is not None else None,
+        "ckpt_smallest": min((v[2], k) for k, v in ckpt.items()),
+        "recomputations": rm.result.stats.get("recomputations"), "module": rm,
+    }
+
+
+def _print_model(r: dict[str, Any]) -> None:
+    over = r["remat_s"] / r["eager_s"] - 1
+    above = r["measured"] - max(r["predicted"], r["budget"])
+    note = f" ({format_bytes(above)} ABOVE the budget: the cost model's workspace estimate is short)" if above > 0 else ""
+    print(f"{r['name']}: {r['nodes']} nodes")
+    print(f"  budget {format_bytes(r['budget'])} ({r['fraction']:.2f} of activation memory); without remat: "
+          f"eager {format_bytes(r['eager_peak'])}, checkpoint-all {format_bytes(r['checkpoint_all_peak'])}")
+    print(f"  remat {r['method']} ({r['status']}, solved in {r['solve_s']:.1f} s): peak predicted "
+          f"{format_bytes(r['predicted'])}, measured {format_bytes(r['measured'])}; step "
+          f"{1e3 * r['remat_s']:.0f} ms vs eager {1e3 * r['eager_s']:.0f} ms ({100 * over:+.0f}%){note}")
+    if r["ckpt_best"] is not None:
+        k, s, peak = r["ckpt_best"]
+        print(f"  torch.utils.checkpoint at this memory: checkpoint_sequential({k}) peak {format_bytes(peak)}, "
+              f"step {1e3 * s:.0f} ms ({100 * (s / r['eager_s'] - 1):+.0f}%)")
+    else:
+        peak, k = r["ckpt_smallest"]
+        print(f"  torch.utils.checkpoint at this memory: nothing fits (smallest: checkpoint_sequential({k}) "
+              f"at {format_bytes(peak)})")
+    print(f"  trained {len(r['losses'])} steps: loss {r['losses'][0]:.4f} -> {r['losses'][-1]:.4f}")
+
+
+def _sweep_table(res, methods: list[str], budgets: list[int]) -> list[str]:
+    cells = {(r["method"], r["budget_bytes"]): r for r in res.rows}
+    width = max(len(m) for m in methods)
+    head = " " * width + "".join(f"{format_bytes(b):>10}" for b in budgets) + "   mean solve"
+    lines = [head]
+    for m in methods:
+        row, times = [], []
+        for b in budgets:
+            r = cells.get((m, b))
+            if r is None:
+                row.append("?")
+                continue
+            times.append(r.get("solve_time_s") or 0.0)
+            row.append(f"+{100 * (r['objective'] / r['base_cost'] - 1):.1f}%" if r.get("objective") is not None
+                       else "-")
+        lines.append(f"{m:<{width}}" + "".join(f"{c:>10}" for c in row) + f"   {statistics.mean(times):8.2f} s")
+    lines.append("(-: no schedule at that budget)")
+    return lines
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """Run the demo with the options of ``remat demo`` (see :func:`remat_core.cli.build_parser`)."""
+    from remat_core.cli import _applicable, load_graph_arg
+    from remat_core.plot import plot_memory_timeline, plot_schedule_matrices, plot_tradeoff_curves
+    from remat_core.sweep import sweep
+    warnings.filterwarnings("ignore", category=UserWarning)
+    fraction = args.fraction
+    out = args.out
+    method = "auto" if "auto" in available_methods() else "ilp"
+    t_start = time.perf_counter()
+    print(f"remat demo: training under a memory budget on {torch.get_num_threads()} CPU threads "
+          f"(torch {torch.__version__.split('+')[0]}); peaks measured with the allocator\n")
+    trained = []
+    for name, model, x, ckpt_forward, segments in _models():
+        r = _train_one(name, model, x, ckpt_forward, segments, fraction, method, args.steps, args.time_limit, reps=3)
+        _print_model(r)
+        trained.append(r)
+    sys.stdout.flush()
+
+    graph = load_graph_arg(args.graph, args.batch_size)
+    low, culprit = min_budget_bytes(graph)
+    high = checkpoint_all_peak_bytes(graph)
+    n = max(2, args.num)
+    budgets = sorted({int(low + (high - low) * i / (n - 1)) for i in range(n)})
+    methods, skipped = _applicable(graph, available_methods())
+    print(f"\nbudget sweep of {graph.name} ({graph.n} nodes): every schedule needs >= {format_bytes(low)} "
+          f"(node {culprit!r}), no remat needs {format_bytes(high)}; compute overhead per budget:")
+    if skipped:
+        print(f"(skipped {', '.join(skipped)}: chain-only methods, and {graph.name} is not a chain)")
+    opts = {m: {"time_limit_s": args.time_limit} for m in methods if _takes_time_limit(m)}
+    t0 = time.perf_counter()
+    sweep_file = os.path.join(out, "sweep.jsonl")
+    if os.path.exists(sweep_file):
+        os.remove(sweep_file)
+    res = sweep(graph, budgets, methods, out=sweep_file, n_workers=args.workers, method_options=opts,
+                progress=not args.no_progress and sys.stderr.isatty())
+    print("\n".join(_sweep_table(res, methods, budgets)))
+    sweep_s = time.perf_counter() - t0
+
+    lm = trained[0]["module"]
+    g = lm.extracted.graph
+    from remat_core import Schedule
+
+    written = []
+    for ext in ("png", "svg"):
+        written.append(os.path.join(out, f"tradeoff.{ext}"))
+        plot_tradeoff_curves(res, written[-1], title=f"{graph.name}: compute overhead vs memory budget",
+                             min_budget_bytes=low)
+        written.append(os.path.join(out, f"schedule_matrices.{ext}"))
+        plot_schedule_matrices(g, lm.result.schedule, written[-1],
+                               title=f"transformer plan ({lm.result.method}) at {format_bytes(lm.result.budget_bytes)}: "
+                                     f"{lm.result.stats.get('recomputations', 0)} recomputations")
+        written.append(os.path.join(out, f"memory_timeline.{ext}"))
+        plot_memory_timeline(g, [("checkpoint-all", Schedule.checkpoint_all(g)),
+                                 (lm.result.method, lm.result.schedule)],
+                             written[-1], budget_bytes=lm.result.budget_bytes,
+                             title="transformer: memory during one training step")
+    print(f"\nsweep {sweep_s:.0f} s, demo {time.perf_counter() - t_start:.0f} s; wrote "
+          f"{', '.join(os.path.basename(p) for p in written if p.endswith('.png'))} (and .svg), sweep.jsonl "
+          f"in {out}/")
+    return 0
+
+
+def _takes_time_limit(method: str) -> bool:
+    import inspect
+
+    from remat_core.solvers import get_method
+
+    params = inspect.signature(get_method(method)).parameters
+    return "time_limit_s" in params
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m remat_torch.demo [options]``: the same as ``remat demo``."""
+    from remat_core.cli import main as cli_main
+
+    return cli_main(["demo", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
