@@ -43,6 +43,7 @@ def _check_torch_version(version: str) -> None:
 _check_torch_version(_torch.__version__)
 
 from .api import BudgetInfeasibleError, RematModule, rematerialize, resolve_budget, train_step  # noqa: E402
+from .dtr import dtr  # noqa: E402
 from .execute import Executor  # noqa: E402
 from .extract import GRANULARITIES, ExtractedGraph, UnsupportedModelError, extract_graph  # noqa: E402
 from .profile import COST_MODELS, node_costs  # noqa: E402
@@ -52,4 +53,5 @@ __all__ = [
     "node_costs", "COST_MODELS",
     "Executor",
     "rematerialize", "RematModule", "train_step", "resolve_budget", "BudgetInfeasibleError",
+    "dtr",
 ]
