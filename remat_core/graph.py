@@ -24,10 +24,14 @@ import numpy as np
 
 from .errors import GraphValidationError
 
-__all__ = ["Node", "Graph", "load_dtr_dag", "infer_loss_index", "GRAPH_FORMAT", "GRAPH_FORMAT_VERSION"]
+__all__ = ["Node", "Graph", "load_dtr_dag", "dtr_dag_from_dict", "infer_loss_index", "GRAPH_FORMAT",
+           "GRAPH_FORMAT_VERSION", "MAX_BYTES"]
 
 GRAPH_FORMAT = "remat-graph"
 GRAPH_FORMAT_VERSION = 1
+#: The largest size, and the largest sum of sizes (``fixed_bytes`` + every value + the largest workspace), a
+#: graph may hold: every schedule's peak then fits in an int64 with room to spare.
+MAX_BYTES = 2 ** 62
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,8 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 
 
 def _check_number(value: Any, what: str, integer: bool) -> float | int:
-    """Validate one non-negative finite number; ``what`` names it in the error."""
+    """Validate one non-negative finite number (an integer of at most :data:`MAX_BYTES` if ``integer``);
+    ``what`` names it in the error."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise GraphValidationError(f"{what} must be a non-negative number; got {value!r}")
     if isinstance(value, (float, np.floating)) and not math.isfinite(float(value)):
@@ -72,22 +77,59 @@ def _check_number(value: Any, what: str, integer: bool) -> float | int:
     if value < 0:
         raise GraphValidationError(f"{what} must be >= 0; got {value!r}")
     if integer:
-        if float(value) != int(value):
+        if isinstance(value, (float, np.floating)) and not float(value).is_integer():
             raise GraphValidationError(f"{what} must be an integer number of bytes; got {value!r}")
+        if int(value) > MAX_BYTES:
+            raise GraphValidationError(f"{what} must be at most 2**62 bytes; got {value!r}")
         return int(value)
     return float(value)
 
 
+def _check_flag(value: Any, what: str) -> bool:
+    """A true/false value: ``bool`` (or numpy's), never a string such as ``"false"``."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise GraphValidationError(f"{what} must be true or false; got {value!r}")
+    return bool(value)
+
+
 def _number_array(values: Any, n: int, what: str, integer: bool, names: Sequence[str]) -> np.ndarray:
-    """Vectorized validation of a per-node array (the fast path for large graphs)."""
+    """Vectorized validation of a per-node array (the fast path for large graphs).
+
+    Integers are read exactly (not through float64, which rounds above 2**53)
+    and must be at most :data:`MAX_BYTES`; booleans and strings are refused.
+    """
     try:
-        arr = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise GraphValidationError(f"`{what}` must be an array of numbers: {exc}") from None
-    if arr.ndim == 0:
-        arr = np.full(n, float(arr))
-    if arr.shape != (n,):
-        raise GraphValidationError(f"`{what}` must have one entry per node ({n}); got shape {arr.shape}")
+        raw = np.asarray(values)
+    except (OverflowError, ValueError):   # an int beyond 64 bits, or a ragged list: checked entry by entry
+        raw = np.asarray(values, dtype=object)
+    if raw.ndim == 0:
+        raw = np.full(n, raw.item(), dtype=raw.dtype if raw.dtype.kind in "iuf" else object)
+    if raw.shape != (n,):
+        raise GraphValidationError(f"`{what}` must have one entry per node ({n}); got shape {raw.shape}")
+    if raw.dtype.kind in "iuf" and isinstance(values, (list, tuple)) and any(
+            isinstance(v, (bool, np.bool_)) for v in values):
+        raw = np.asarray(values, dtype=object)   # True among numbers: found and named below
+    if raw.dtype.kind in "iuf":
+        arr = raw
+    else:   # check each entry's type: a bool, a string or None is no number (float64 would take True and "3")
+        for k, v in enumerate(raw):
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+                raise GraphValidationError(f"{what} of node {names[k]!r} must be a non-negative number; got {v!r}")
+        if integer and all(isinstance(v, (int, np.integer)) for v in raw):
+            big = [k for k, v in enumerate(raw) if not 0 <= int(v) <= MAX_BYTES]
+            if big:
+                k = big[0]
+                raise GraphValidationError(f"{what} of node {names[k]!r} must be an integer in [0, 2**62]; "
+                                           f"got {raw[k]!r}")
+            return np.asarray([int(v) for v in raw], dtype=np.int64)
+        arr = np.asarray(raw, dtype=np.float64)
+    if arr.dtype.kind in "iu":
+        bad = np.flatnonzero((arr < 0) | (arr > MAX_BYTES)) if integer else np.flatnonzero(arr < 0)
+        if bad.size:
+            k = int(bad[0])
+            raise GraphValidationError(f"{what} of node {names[k]!r} must be a number in [0, 2**62]; got {arr[k]!r}")
+        return arr.astype(np.int64) if integer else arr.astype(np.float64)
+    arr = arr.astype(np.float64)
     bad = np.flatnonzero(~np.isfinite(arr) | (arr < 0))
     if bad.size:
         k = int(bad[0])
@@ -99,6 +141,10 @@ def _number_array(values: Any, n: int, what: str, integer: bool, names: Sequence
         if nonint.size:
             k = int(nonint[0])
             raise GraphValidationError(f"{what} of node {names[k]!r} must be an integer; got {arr[k]!r}")
+        big = np.flatnonzero(arr > MAX_BYTES)
+        if big.size:
+            k = int(big[0])
+            raise GraphValidationError(f"{what} of node {names[k]!r} must be at most 2**62 bytes; got {arr[k]!r}")
         return arr.astype(np.int64)
     return arr
 
@@ -166,7 +212,7 @@ class Graph:
         cost = [_check_number(x.cost, f"cost of node {x.name!r}", False) for x in nodes]
         mem = [_check_number(x.memory_bytes, f"memory_bytes of node {x.name!r}", True) for x in nodes]
         ws = [_check_number(x.workspace_bytes, f"workspace_bytes of node {x.name!r}", True) for x in nodes]
-        bwd = [bool(x.is_backward) for x in nodes]
+        bwd = [_check_flag(x.is_backward, f"is_backward of node {x.name!r}") for x in nodes]
         self._build(names, deps, np.asarray(cost, float), np.asarray(mem, np.int64),
                     np.asarray(ws, np.int64), np.asarray(bwd, bool), fixed_bytes, name, meta)
 
@@ -240,11 +286,16 @@ class Graph:
         c = _number_array(cost, n, "cost", False, names)
         m = _number_array(memory_bytes, n, "memory_bytes", True, names)
         w = _number_array(workspace_bytes, n, "workspace_bytes", True, names)
-        b = np.asarray(is_backward, dtype=bool)
+        b = np.asarray(is_backward)
         if b.ndim == 0:
-            b = np.full(n, bool(b))
+            b = np.full(n, b.item(), dtype=b.dtype)
         if b.shape != (n,):
             raise GraphValidationError(f"`is_backward` must have one entry per node ({n}); got shape {b.shape}")
+        if b.dtype.kind != "b":   # 0/1 integers are fine; "false" is not (as bool it would read True)
+            if b.dtype.kind not in "iu" or not np.all((b == 0) | (b == 1)):
+                k = 0 if b.dtype.kind not in "iu" else int(np.flatnonzero((b != 0) & (b != 1))[0])
+                raise GraphValidationError(f"is_backward of node {names[k]!r} must be true or false; got {b[k]!r}")
+            b = b.astype(bool)
         self = cls.__new__(cls)
         self._build(names, dl, c, m, w, b, fixed_bytes, name, meta)
         return self
@@ -252,6 +303,12 @@ class Graph:
     def _build(self, names, deps, cost, mem, ws, bwd, fixed_bytes, name, meta) -> None:
         n = len(names)
         fixed = _check_number(fixed_bytes, "`fixed_bytes`", True)
+        total = float(fixed) + float(np.sum(mem, dtype=np.float64)) + (float(np.max(ws)) if n else 0.0)
+        if total > MAX_BYTES / 2:   # near the limit: the exact sum, in Python ints
+            total = fixed + sum(int(v) for v in mem) + (int(np.max(ws)) if n else 0)
+        if total > MAX_BYTES:
+            raise GraphValidationError(f"the sizes add up to {total} bytes (fixed_bytes, every value and the "
+                                       f"largest workspace), more than 2**62: schedules' peaks would overflow")
         # de-duplicate repeated inputs of one node (x * x reads x once), keeping order
         deps = [list(dict.fromkeys(d)) for d in deps]
         order = _stable_toposort(deps, names)
@@ -436,19 +493,72 @@ class Graph:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Graph":
-        """Inverse of :meth:`to_dict`; checks the format name and version."""
-        if not isinstance(data, Mapping) or data.get("format") != GRAPH_FORMAT:
-            raise GraphValidationError(f"not a remat graph: expected \"format\": {GRAPH_FORMAT!r}")
+    def from_dict(cls, data: Mapping[str, Any], source: str | None = None) -> "Graph":
+        """Inverse of :meth:`to_dict`: the remat graph format, validated field by field.
+
+        ``source`` (a file name) starts every error message. The format
+        (``docs/reliability.rst``): an object with ``"format": "remat-graph"``,
+        ``"version": 1``, ``"nodes"`` (a list), and optionally ``fixed_bytes``
+        (integer >= 0), ``name`` (string) and ``meta`` (object); each node an
+        object with ``name`` (non-empty string, unique), and optionally
+        ``cost`` (finite number >= 0, default 1), ``memory_bytes`` and
+        ``workspace_bytes`` (integers >= 0, defaults 1 and 0; ``10.0`` is
+        read as 10, ``10.7`` is refused), ``is_backward`` (``true`` or
+        ``false``) and ``deps`` (a list of node names). No other keys.
+
+        Raises
+        ------
+        GraphValidationError
+            Naming the source, the node and the field.
+        """
+        where = f"{source}: " if source else ""
+        try:
+            return cls._from_checked_dict(data, where)
+        except GraphValidationError as exc:
+            if where and not str(exc).startswith(where):
+                raise GraphValidationError(f"{where}{exc}") from None
+            raise
+
+    @classmethod
+    def _from_checked_dict(cls, data: Any, where: str) -> "Graph":
+        if not isinstance(data, Mapping):
+            raise GraphValidationError(f"{where}a remat graph is a JSON object; got {_json_type(data)}")
+        if data.get("format") != GRAPH_FORMAT:
+            raise GraphValidationError(f"{where}not a remat graph: expected \"format\": {GRAPH_FORMAT!r}")
         version = data.get("version")
-        if version != GRAPH_FORMAT_VERSION:
+        if isinstance(version, bool) or version != GRAPH_FORMAT_VERSION:
             raise GraphValidationError(
-                f"unsupported graph format version {version!r}; this remat reads version {GRAPH_FORMAT_VERSION}"
-            )
+                f"{where}unsupported graph format version {version!r}; this remat reads version "
+                f"{GRAPH_FORMAT_VERSION}")
+        unknown = sorted(set(data) - set(_GRAPH_KEYS))
+        if unknown:
+            raise GraphValidationError(f"{where}unknown keys {unknown}; a remat graph has {list(_GRAPH_KEYS)}")
         if "nodes" not in data:
-            raise GraphValidationError("graph JSON has no `nodes`")
-        return cls(data["nodes"], fixed_bytes=data.get("fixed_bytes", 0), name=data.get("name", ""),
-                   meta=data.get("meta"))
+            raise GraphValidationError(f"{where}graph JSON has no `nodes`")
+        nodes = data["nodes"]
+        if not isinstance(nodes, list):
+            raise GraphValidationError(f"{where}`nodes` must be a list; got {_json_type(nodes)}")
+        name = data.get("name", "")
+        if not isinstance(name, str):
+            raise GraphValidationError(f"{where}`name` must be a string; got {name!r}")
+        meta = data.get("meta")
+        if meta is not None and not isinstance(meta, Mapping):
+            raise GraphValidationError(f"{where}`meta` must be an object; got {_json_type(meta)}")
+        checked = []
+        for i, nd in enumerate(nodes):
+            if not isinstance(nd, Mapping):
+                raise GraphValidationError(f"{where}node at position {i} must be an object; got {_json_type(nd)}")
+            label = f"node {nd.get('name')!r}" if isinstance(nd.get("name"), str) else f"node at position {i}"
+            deps = nd.get("deps", [])
+            if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
+                raise GraphValidationError(f"{where}{label}: `deps` must be a list of node names; got {deps!r}")
+            for key in ("cost", "memory_bytes", "workspace_bytes"):
+                if key in nd:
+                    _check_number(nd[key], f"{label}: `{key}`", key != "cost")
+            if "is_backward" in nd:
+                _check_flag(nd["is_backward"], f"{label}: `is_backward`")
+            checked.append(nd)
+        return cls(checked, fixed_bytes=data.get("fixed_bytes", 0), name=name, meta=meta)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the graph as versioned JSON (atomically: a temporary file then a rename)."""
@@ -460,13 +570,53 @@ class Graph:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Graph":
-        """Read a graph written by :meth:`save`."""
-        with open(path) as f:
-            try:
-                data = json.load(f)
-            except json.JSONDecodeError as exc:
-                raise GraphValidationError(f"{os.fspath(path)!r} is not valid JSON: {exc}") from None
-        return cls.from_dict(data)
+        """Read a graph written by :meth:`save` (the format: :meth:`from_dict`).
+
+        Raises
+        ------
+        GraphValidationError
+            If the file is a directory, not UTF-8, not JSON, not a JSON object,
+            or breaks the format (the message names the file, node and field).
+        OSError
+            If the file cannot be read (missing, no permission).
+        """
+        return cls.from_dict(_read_json_object(path, "remat graph"), source=repr(os.fspath(path)))
+
+
+_GRAPH_KEYS = ("format", "version", "name", "fixed_bytes", "meta", "nodes")
+
+
+def _json_type(value: Any) -> str:
+    """How JSON calls ``value``'s type (for messages)."""
+    for kind, name in ((bool, "a boolean"), (str, "a string"), ((int, float), "a number"), (list, "a list"),
+                       (Mapping, "an object")):
+        if isinstance(value, kind):
+            return name
+    return "null" if value is None else type(value).__name__
+
+
+def _read_json_object(path: str | os.PathLike, what: str) -> dict[str, Any]:
+    """The JSON object in the file ``path``; ``GraphValidationError`` naming the file otherwise."""
+    where = repr(os.fspath(path))
+    if os.path.isdir(path):
+        raise GraphValidationError(f"{where} is a directory, not a {what} file")
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise GraphValidationError(f"{where} is not UTF-8 text (byte {exc.start}); a {what} file is JSON") from None
+
+    def constant(name: str) -> None:
+        raise ValueError(f"{name} is not a JSON number")
+
+    try:
+        data = json.loads(text, parse_constant=constant)
+    except ValueError as exc:   # json.JSONDecodeError, and NaN / Infinity above
+        raise GraphValidationError(f"{where} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise GraphValidationError(f"{where}: a {what} file holds a JSON object; got {_json_type(data)}")
+    return data
 
 
 def _csr(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -563,42 +713,100 @@ def load_dtr_dag(path: str | os.PathLike, infer_backward: bool = True) -> Graph:
     With ``infer_backward`` (the default) the split is guessed by
     :func:`infer_loss_index`: nodes after the inferred loss are marked
     backward, and ``meta`` records ``"loss"`` and ``"backward_inferred": True``.
-    Without it, ``is_backward`` is all false.
+    Without it, ``is_backward`` is all false. The format is checked by
+    :func:`dtr_dag_from_dict`.
 
     Raises
     ------
     GraphValidationError
-        If a key is missing or a value is invalid (the message names it).
+        If the file is a directory, not UTF-8, not a JSON object, or a key is
+        missing or a value is invalid (the message names the file, the node
+        and the field).
+    OSError
+        If the file cannot be read (missing, no permission).
     """
-    with open(path) as f:
-        try:
-            data = json.load(f)
-        except json.JSONDecodeError as exc:
-            raise GraphValidationError(f"{os.fspath(path)!r} is not valid JSON: {exc}") from None
+    data = _read_json_object(path, "DTR graph")
+    return dtr_dag_from_dict(data, source=repr(os.fspath(path)), infer_backward=infer_backward,
+                             default_name=os.path.basename(os.fspath(path)))
+
+
+def dtr_dag_from_dict(data: Mapping[str, Any], source: str | None = None, infer_backward: bool = True,
+                      default_name: str = "") -> Graph:
+    """A graph from the DTR DAG format, validated field by field (see :func:`load_dtr_dag`).
+
+    The format (``docs/reliability.rst``): an object with ``nodes``, a list of
+    objects each with ``id`` (an integer, unique), ``cost_cpu`` (a finite
+    number >= 0) and ``cost_ram`` (an integer >= 0: ``8.0`` is read as 8,
+    ``10.7`` is refused); ``args``, an object from a node id written as a
+    string to the list of the ids it reads (a node without an entry reads
+    nothing); optionally ``cost_ram_parameters`` (an integer >= 0, the fixed
+    bytes), ``name``, ``source``, ``cost_cpu_units`` and ``cost_ram_units``
+    (strings). Other keys are ignored (the recordings carry some).
+
+    Raises
+    ------
+    GraphValidationError
+        Naming ``source``, the node and the field.
+    """
+    where = f"{source}: " if source else ""
+    if not isinstance(data, Mapping):
+        raise GraphValidationError(f"{where}a DTR graph is a JSON object; got {_json_type(data)}")
     for key in ("nodes", "args"):
         if key not in data:
-            raise GraphValidationError(f"{os.fspath(path)!r}: missing key {key!r} of the DTR DAG format")
-    nodes = data["nodes"]
-    ids = [nd["id"] for nd in nodes]
+            raise GraphValidationError(f"{where}missing key {key!r} of the DTR DAG format")
+    nodes, args = data["nodes"], data["args"]
+    if not isinstance(nodes, list):
+        raise GraphValidationError(f"{where}`nodes` must be a list; got {_json_type(nodes)}")
+    if not isinstance(args, Mapping):
+        raise GraphValidationError(f"{where}`args` must be an object (node id -> list of ids); got {_json_type(args)}")
+    for key in ("name", "source", "cost_cpu_units", "cost_ram_units"):
+        if key in data and not isinstance(data[key], str):
+            raise GraphValidationError(f"{where}`{key}` must be a string; got {data[key]!r}")
+    ids, cost, mem = [], [], []
+    for p, nd in enumerate(nodes):
+        if not isinstance(nd, Mapping):
+            raise GraphValidationError(f"{where}node at position {p} must be an object; got {_json_type(nd)}")
+        for key in ("id", "cost_cpu", "cost_ram"):
+            if key not in nd:
+                label = f"node {nd['id']!r}" if "id" in nd else f"node at position {p}"
+                raise GraphValidationError(f"{where}{label} has no `{key}`")
+        i = nd["id"]
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise GraphValidationError(f"{where}node at position {p}: `id` must be an integer; got {i!r}")
+        ids.append(i)
+        cost.append(_check_number(nd["cost_cpu"], f"{where}node {i}: `cost_cpu`", False))
+        mem.append(_check_number(nd["cost_ram"], f"{where}node {i}: `cost_ram`", True))
     pos = {i: p for p, i in enumerate(ids)}
     if len(pos) != len(ids):
-        raise GraphValidationError(f"{os.fspath(path)!r}: duplicate node ids")
+        dup = next(i for p, i in enumerate(ids) if pos[i] != p)
+        raise GraphValidationError(f"{where}duplicate node id {dup}")
+    stray = sorted(k for k in args if not (isinstance(k, str) and k.lstrip("-").isdigit() and int(k) in pos))
+    if stray:
+        raise GraphValidationError(f"{where}`args` has entries for unknown node ids {stray[:5]}")
     deps = []
-    for nd in nodes:
-        args = data["args"].get(str(nd["id"]), [])
-        try:
-            deps.append([pos[a] for a in args])
-        except KeyError as exc:
-            raise GraphValidationError(f"node {nd['id']} reads unknown node id {exc.args[0]!r}") from None
-    graph = Graph.from_arrays(
-        deps,
-        cost=[nd["cost_cpu"] for nd in nodes],
-        memory_bytes=[nd["cost_ram"] for nd in nodes],
-        names=[str(i) for i in ids],
-        fixed_bytes=int(data.get("cost_ram_parameters", 0)),
-        name=str(data.get("name", os.path.basename(os.fspath(path)))),
-        meta={"source": data.get("source", ""), "cost_unit": data.get("cost_cpu_units", "ns")},
-    )
+    for i in ids:
+        reads = args.get(str(i), [])
+        if not isinstance(reads, list):
+            raise GraphValidationError(f"{where}node {i}: `args` must be a list of node ids; got {reads!r}")
+        row = []
+        for a in reads:
+            if isinstance(a, bool) or not isinstance(a, int):
+                raise GraphValidationError(f"{where}node {i}: `args` must be a list of node ids; got {a!r} in it")
+            if a not in pos:
+                raise GraphValidationError(f"{where}node {i} reads unknown node id {a}")
+            if a == i:
+                raise GraphValidationError(f"{where}node {i} reads itself")
+            row.append(pos[a])
+        deps.append(row)
+    fixed = _check_number(data.get("cost_ram_parameters", 0), f"{where}`cost_ram_parameters`", True)
+    try:
+        graph = Graph.from_arrays(
+            deps, cost=np.asarray(cost, dtype=np.float64), memory_bytes=np.asarray(mem, dtype=np.int64),
+            names=[str(i) for i in ids], fixed_bytes=fixed, name=data.get("name", default_name),
+            meta={"source": data.get("source", ""), "cost_unit": data.get("cost_cpu_units", "ns")},
+        )
+    except GraphValidationError as exc:   # a cycle, or sizes that add up past 2**62
+        raise GraphValidationError(f"{where}{exc}") from None
     if not infer_backward:
         return graph
     loss = infer_loss_index(graph)

@@ -105,7 +105,7 @@ def test_repeated_inputs_are_read_once():
         (dict(deps=[[], [0]], names=["a"]), "`names`"),
         (dict(deps=[[], [0]], names=["a", "a"]), "duplicate node name"),
         (dict(deps=[[], [0]], is_backward=[True]), "`is_backward`"),
-        (dict(deps=[[], [0]], cost=["a", "b"]), "`cost` must be an array of numbers"),
+        (dict(deps=[[], [0]], cost=["a", "b"]), "cost of node '0' must be a non-negative number"),
     ],
 )
 def test_from_arrays_errors(kwargs, match):
@@ -194,7 +194,7 @@ def test_load_dtr_dag_errors(tmp_path):
     with pytest.raises(GraphValidationError, match="unknown node id 7"):
         load_dtr_dag(p)
     p.write_text(json.dumps({"nodes": [{"id": 0, "cost_cpu": -1, "cost_ram": 1}], "args": {}}))
-    with pytest.raises(GraphValidationError, match="cost of node '0'"):
+    with pytest.raises(GraphValidationError, match=r"d.json': node 0: `cost_cpu` must be >= 0"):
         load_dtr_dag(p)
 
 

@@ -12,6 +12,7 @@ of the exhaustive oracle (:func:`oracle.oracle_optimum`) on both.
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -179,3 +180,143 @@ def test_every_row_family_keeps_the_oracle_optimum(data):
                 assert np.all(c_rows @ x <= c_rhs + 1e-6), "cover inequality"
         res = solve(g, budget, method="ilp", formulation=formulation, search="milp", time_limit_s=60)
         assert res.status is SolveStatus.OPTIMAL and res.objective == pytest.approx(optimum), (formulation, res)
+
+
+# ------------------------------------------------------------------ user files: one clear error each
+
+_DTR_OK = {"nodes": [{"id": 0, "cost_cpu": 5, "cost_ram": 8}, {"id": 1, "cost_cpu": 7, "cost_ram": 16}],
+           "args": {"0": [], "1": [0]}, "cost_ram_parameters": 32}
+
+
+def _dtr(**changes):
+    data = json.loads(json.dumps(_DTR_OK))
+    for path, value in changes.items():
+        *head, last = path.split("__")
+        target = data
+        for key in head:
+            target = target[int(key)] if key.isdigit() else target[key]
+        if value is _DELETE:
+            del target[int(last) if last.isdigit() else last]
+        else:
+            target[int(last) if last.isdigit() else last] = value
+    return json.dumps(data)
+
+
+_DELETE = object()
+#: (file text, what the one error must name) for load_dtr_dag: each gave a raw traceback or was accepted
+DTR_CASES = {
+    "node without id": (_dtr(nodes__1__id=_DELETE), "node at position 1 has no `id`"),
+    "node without cost_cpu": (_dtr(nodes__1__cost_cpu=_DELETE), "node 1 has no `cost_cpu`"),
+    "args a list": (_dtr(args=[[], [0]]), "`args` must be an object"),
+    "args an int": (_dtr(args=3), "`args` must be an object"),
+    "a node's args an int": (_dtr(args__1=0), "node 1: `args` must be a list"),
+    "a node's args a dict": (_dtr(args__1={"0": 1}), "node 1: `args` must be a list"),
+    "cost_ram_parameters a string": (_dtr(cost_ram_parameters="abc"), "`cost_ram_parameters`"),
+    "cost_ram_parameters NaN": (_dtr(cost_ram_parameters=float("nan")), "NaN"),
+    "cost_ram_parameters a float": (_dtr(cost_ram_parameters=10.7), "`cost_ram_parameters` must be an integer"),
+    "cost_ram a string": (_dtr(nodes__1__cost_ram="16"), "node 1: `cost_ram`"),
+    "cost_ram a float": (_dtr(nodes__1__cost_ram=10.7), "node 1: `cost_ram` must be an integer"),
+    "cost_cpu a string": (_dtr(nodes__0__cost_cpu="fast"), "node 0: `cost_cpu`"),
+    "cost_ram huge": (_dtr(nodes__1__cost_ram=2 ** 63), "node 1: `cost_ram` must be at most 2\\*\\*62"),
+    "id a string": (_dtr(nodes__1__id="1"), "node at position 1: `id` must be an integer"),
+    "a list": ("[1, 2]", "holds a JSON object; got a list"),
+    "a number": ("3", "holds a JSON object; got a number"),
+    "not JSON": ("{nodes", "is not valid JSON"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DTR_CASES))
+def test_dtr_files_get_one_error_naming_the_file_node_and_field(tmp_path, case):
+    from remat_core.errors import GraphValidationError
+    from remat_core.graph import load_dtr_dag
+
+    text, match = DTR_CASES[case]
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(GraphValidationError, match=match) as info:
+        load_dtr_dag(path)
+    assert "bad.json" in str(info.value)
+
+
+def _remat(node_changes=None, **top):
+    data = {"format": "remat-graph", "version": 1, "name": "g", "fixed_bytes": 4, "meta": {},
+            "nodes": [{"name": "a", "cost": 1.0, "memory_bytes": 8, "workspace_bytes": 0, "is_backward": False,
+                       "deps": []},
+                      {"name": "b", "cost": 2.0, "memory_bytes": 8, "workspace_bytes": 0, "is_backward": True,
+                       "deps": ["a"]}]}
+    data["nodes"][1].update(node_changes or {})
+    data.update(top)
+    return json.dumps(data)
+
+
+REMAT_CASES = {
+    "is_backward a string": (_remat({"is_backward": "false"}), "node 'b': `is_backward` must be true or false"),
+    "is_backward a number": (_remat({"is_backward": 0}), "node 'b': `is_backward` must be true or false"),
+    "memory_bytes a float": (_remat({"memory_bytes": 10.7}), "node 'b': `memory_bytes` must be an integer"),
+    "memory_bytes a string": (_remat({"memory_bytes": "8"}), "node 'b': `memory_bytes`"),
+    "memory_bytes huge": (_remat({"memory_bytes": 2 ** 63}), "node 'b': `memory_bytes` must be at most"),
+    "cost NaN": (_remat({"cost": float("nan")}), "NaN"),
+    "deps a string": (_remat({"deps": "a"}), "node 'b': `deps` must be a list"),
+    "fixed_bytes a float": (_remat(fixed_bytes=1.5), "fixed_bytes"),
+    "nodes an object": (_remat(nodes={"a": 1}), "`nodes` must be a list"),
+    "unknown top key": (_remat(nodez=[]), "unknown keys \\['nodez'\\]"),
+    "a list": ("[]", "holds a JSON object; got a list"),
+    "a string": ('"graph"', "holds a JSON object; got a string"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REMAT_CASES))
+def test_remat_graph_files_get_one_error_naming_the_file_node_and_field(tmp_path, case):
+    from remat_core.errors import GraphValidationError
+
+    text, match = REMAT_CASES[case]
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(GraphValidationError, match=match) as info:
+        Graph.load(path)
+    assert "bad.json" in str(info.value)
+
+
+@pytest.mark.parametrize("loader", ["remat", "dtr"])
+def test_a_directory_or_a_non_utf8_file_is_one_error(tmp_path, loader):
+    from remat_core.errors import GraphValidationError
+    from remat_core.graph import load_dtr_dag
+
+    load = Graph.load if loader == "remat" else load_dtr_dag
+    with pytest.raises(GraphValidationError, match="is a directory"):
+        load(tmp_path)
+    path = tmp_path / "latin1.json"
+    path.write_bytes('{"name": "caf\u00e9"}'.encode("latin-1"))
+    with pytest.raises(GraphValidationError, match="latin1.json' is not UTF-8"):
+        load(path)
+
+
+def test_both_formats_still_load_what_they_wrote(tmp_path):
+    from remat_core.graph import load_dtr_dag
+
+    path = tmp_path / "ok.json"
+    path.write_text(_remat({"memory_bytes": 10.0}))   # an integral float is an integer
+    g = Graph.load(path)
+    assert g.memory_bytes.tolist() == [8, 10] and g.is_backward.tolist() == [False, True]
+    path.write_text(_dtr())
+    d = load_dtr_dag(path)
+    assert d.n == 2 and d.fixed_bytes == 32 and d.memory_bytes.tolist() == [8, 16]
+
+
+@pytest.mark.parametrize("sizes", [2 ** 63, 1e30, [2 ** 62, 2 ** 62], [2 ** 61, 2 ** 61, 2 ** 61], [True, 1]])
+def test_from_arrays_refuses_sizes_that_would_wrap(sizes):
+    from remat_core.errors import GraphValidationError
+
+    n = 2 if isinstance(sizes, (int, float)) or len(sizes) == 2 else 3
+    with pytest.raises(GraphValidationError, match="memory_bytes|2\\*\\*62"):
+        Graph.from_arrays([[]] + [[k - 1] for k in range(1, n)], memory_bytes=sizes)
+
+
+def test_from_arrays_reads_large_integers_exactly_and_refuses_string_flags():
+    from remat_core.errors import GraphValidationError
+
+    g = Graph.from_arrays([[], [0]], memory_bytes=[2 ** 55 + 1, 1])
+    assert int(g.memory_bytes[0]) == 2 ** 55 + 1
+    with pytest.raises(GraphValidationError, match="is_backward of node '0'"):
+        Graph.from_arrays([[], [0]], is_backward=["false", "true"])
+    assert Graph.from_arrays([[], [0]], is_backward=[0, 1]).is_backward.tolist() == [False, True]
