@@ -1,11 +1,17 @@
-"""Run an execution plan on an extracted graph: one training step, op by op.
+"""Run an execution plan on an extracted graph: one training step.
 
-The :class:`Executor` walks the plan's ``Compute``/``Free`` statements. A
-``Compute`` runs the node's aten ops (a small ``torch.fx.GraphModule``) on the
-values held in its input registers; a ``Free`` drops the register, and with it
-the only reference the executor holds, so the storage goes back to the
-allocator. Nothing else keeps activations alive: the ops run under
-``torch.no_grad`` (the joint graph already contains the backward ops).
+The :class:`Executor` turns the plan's ``Compute``/``Free`` statements into
+two generated Python functions, one for the forward stages and one for the
+rest (compiled once, when the executor is built). Every ``Compute`` becomes
+the node's aten ops written out inline, each op a direct call of its C++
+entry point on local variables; every ``Free`` becomes a ``del`` of the
+register's variables, so the storage goes back to the allocator exactly
+where the plan frees it, and a value inside a node dies after its last read
+there, as in the node's own ``torch.fx.GraphModule``. No per-op dispatch
+through Python wrappers, dictionaries or pytrees is left at run time, and a
+recomputation runs the same code as the first computation: it costs what
+the plan says. The ops run under ``torch.no_grad`` (the joint graph already
+contains the backward ops), so nothing else keeps activations alive.
 
 * Gradients, model outputs and buffer updates are taken from a node's first
   computation (its own stage) only; recomputations never update BatchNorm
@@ -13,17 +19,22 @@ allocator. Nothing else keeps activations alive: the ops run under
 * Nodes with random ops (dropout) save the RNG state before their first
   computation and replay it when recomputed, so masks are identical, and the
   global RNG stream advances exactly as in eager mode.
-* The executor tracks the bytes of the live storages it holds (views and
-  aliases counted once) plus the fixed bytes of the graph. With
-  ``measure=True`` it also runs each node op by op and measures the storages
-  of its temporaries; on CPU the tracked peak then equals the simulator's
-  prediction for a non-hoisted plan (and is below it for a hoisted one).
+* ``peak_bytes`` is the plan's peak in the graph's memory model
+  (:func:`remat_core.plan.replay`). With ``track=True`` the executor instead
+  interprets the plan statement by statement and tracks the bytes of the
+  live storages it holds (views and aliases counted once) plus the fixed
+  bytes of the graph; with ``measure=True`` it also runs each node op by op
+  and measures the storages of its temporaries, and on CPU the tracked peak
+  then equals the simulator's prediction for a non-hoisted plan (and is
+  below it for a hoisted one). Both are for checking and are slower.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -31,7 +42,7 @@ import numpy as np
 
 from remat_core import ExecutionPlan
 from remat_core.errors import RematError
-from remat_core.plan import Compute
+from remat_core.plan import Compute, replay
 
 from .extract import ExtractedGraph
 
@@ -45,6 +56,10 @@ class StepState:
     """The executor's state during one training step."""
 
     values: list  # joint placeholders: params, buffers, inputs, tangents
+    joint_values: list  # joint-graph outputs, filled by the first computation of their node
+    rng: dict = field(default_factory=dict)  # node -> RNG state before its first computation
+    carry: list = field(default_factory=list)  # registers live between the forward and the backward part
+    # the tracking interpreter's bookkeeping (``track=True`` only)
     regs: dict = field(default_factory=dict)
     reg_keys: dict = field(default_factory=dict)
     live: dict = field(default_factory=dict)  # storage ptr -> [refcount, nbytes]
@@ -52,11 +67,6 @@ class StepState:
     peak_bytes: int = 0
     step_bytes: list = field(default_factory=list)
     fixed_ptrs: set = field(default_factory=set)
-    rng: dict = field(default_factory=dict)
-    joint_values: dict = field(default_factory=dict)
-    counts: Any = None
-    ops_run: int = 0
-    pos: int = 0
 
 
 class Executor:
@@ -66,19 +76,30 @@ class Executor:
     ----------
     extracted : ExtractedGraph
     plan : remat_core.ExecutionPlan
-        A plan for ``extracted.graph`` (from :func:`remat_core.make_plan`).
+        A plan for ``extracted.graph`` (from ``make_plan`` or ``RematResult.plan``).
     measure : bool
-        Also run every node op by op and measure its temporaries (slower; for
-        checking memory against the simulator).
+        Interpret the plan, track live storages and run every node op by op to
+        measure its temporaries (slower; for checking memory against the
+        simulator). Implies ``track``.
+    track : bool
+        Interpret the plan and track the live storages it holds (slower; for
+        checking); default: the generated code, and ``peak_bytes`` from the
+        memory model.
 
     Attributes
     ----------
     peak_bytes : int
-        Tracked peak of the last step (fixed bytes included).
+        Peak of the last step (fixed bytes included): tracked with ``track``
+        or ``measure``, else the plan's peak in the memory model.
+    step_bytes : numpy.ndarray
+        Memory at each compute statement of the last step, in the same sense.
     compute_counts : numpy.ndarray
-        How many times each node ran in the last step.
+        How many times the plan computes each node in a step.
     ops_run : int
-        Aten ops run in the last step.
+        Aten ops a step runs.
+    source : tuple of str
+        The generated code of the forward and backward parts (empty when
+        interpreting).
 
     Raises
     ------
@@ -86,35 +107,46 @@ class Executor:
         If ``plan`` is not an ExecutionPlan for this graph.
     """
 
-    def __init__(self, extracted: ExtractedGraph, plan: ExecutionPlan, measure: bool = False):
+    def __init__(self, extracted: ExtractedGraph, plan: ExecutionPlan, measure: bool = False,
+                 track: bool = False):
         if not isinstance(extracted, ExtractedGraph):
             raise TypeError(f"`extracted` must be an ExtractedGraph; got {type(extracted).__name__}")
         if not isinstance(plan, ExecutionPlan):
             raise TypeError(f"`plan` must be a remat_core.ExecutionPlan; got {type(plan).__name__}")
         if plan.num_nodes != extracted.graph.n:
             raise ValueError(f"`plan` has {plan.num_nodes} nodes but the graph has {extracted.graph.n}")
+        import torch
+
         self.eg = extracted
         self.plan = plan
         self.measure = bool(measure)
+        self.track = bool(track) or self.measure
         n_fwd = extracted.n_forward
         stmts = plan.statements
         split = next((i for i, s in enumerate(stmts) if isinstance(s, Compute) and s.stage >= n_fwd), len(stmts))
         self._split = split
         self._stmts = stmts
         self._fns = [g.fn.forward for g in extracted.groups]
-        self.peak_bytes = 0
-        self.step_bytes = np.zeros(0, dtype=np.int64)
-        self.compute_counts = np.zeros(extracted.graph.n, dtype=np.int64)
-        self.ops_run = 0
-        n_mut = len(extracted.mutated_buffers)
-        self._n_mut = n_mut
-        self._n_fwd_out = n_mut + extracted.n_user_outputs
+        self._n_mut = len(extracted.mutated_buffers)
+        self._n_fwd_out = self._n_mut + extracted.n_user_outputs
+        self._n_joint = self._n_fwd_out + len(extracted.grad_slots)
+        self._tangent_base = len(extracted.param_names) + len(extracted.buffer_names) + extracted.n_inputs
+        self._tangent_contiguous = [torch.empty(0).new_empty_strided(shape, stride, device="meta").is_contiguous()
+                                    for shape, stride, _ in extracted.tangent_meta]
+        self.compute_counts = plan.compute_counts()
+        self.ops_run = int(sum(int(c) * len(g.ops) for c, g in zip(self.compute_counts, extracted.groups)))
+        rep = replay(extracted.graph, plan)
+        self._model_peak = int(rep.peak_memory_bytes)
+        self._model_steps = rep.step_memory_bytes
+        self.peak_bytes = self._model_peak
+        self.step_bytes = self._model_steps
+        self.source: tuple = ()
+        if not self.track:
+            self._forward_part, self._backward_part, self.source = _compile_plan(extracted, plan, split)
 
     # ------------------------------------------------------------------ steps
     def begin(self, params: Sequence, buffers: Sequence, inputs: Sequence) -> StepState:
         """Start a step: snapshot mutated buffers, collect the fixed storages."""
-        import torch
-
         eg = self.eg
         if len(params) != eg.n_params or len(buffers) != len(eg.buffer_names) or len(inputs) != eg.n_inputs:
             raise ValueError(
@@ -125,32 +157,51 @@ class Executor:
             bufs[j] = bufs[j].detach().clone()  # the step reads the old statistics, even on recomputation
         values = [p.detach() for p in params] + [b.detach() for b in bufs] + [x.detach() for x in inputs]
         values += [None] * len(eg.tangent_outputs)
-        st = StepState(values=values, counts=np.zeros(eg.graph.n, dtype=np.int64))
-        st.fixed_ptrs = {v.untyped_storage().data_ptr() for v in values if v is not None}
-        st.current_bytes = 0
+        st = StepState(values=values, joint_values=[None] * self._n_joint)
+        if self.track:
+            st.fixed_ptrs = {v.untyped_storage().data_ptr() for v in values if v is not None}
         return st
 
     def run_forward(self, st: StepState) -> None:
         """Run the statements of the forward stages."""
-        self._run(st, 0, self._split)
+        if self.track:
+            self._run_tracked(st, 0, self._split)
+            return
+        import torch
+
+        with torch.no_grad(), self._autocast_off():
+            st.carry = self._forward_part(st.values, st.joint_values, st.rng, None)
 
     def run_backward(self, st: StepState, tangents: Sequence) -> None:
         """Set the output tangents and run the remaining statements."""
         import torch
 
         eg = self.eg
-        base = len(eg.param_names) + len(eg.buffer_names) + eg.n_inputs
+        base = self._tangent_base
         for i, t in enumerate(tangents):
             shape, stride, dtype = eg.tangent_meta[i]
             if t is None:
                 t = torch.zeros(shape, dtype=dtype, device=self._device(st))
             elif tuple(t.stride()) != stride:
-                t = t.contiguous() if torch.empty(shape).as_strided(shape, stride).is_contiguous() else \
+                t = t.contiguous() if self._tangent_contiguous[i] else \
                     torch.empty_strided(shape, stride, dtype=t.dtype, device=t.device).copy_(t)
             st.values[base + i] = t.detach()
-            st.fixed_ptrs.add(t.untyped_storage().data_ptr())
-        self._run(st, self._split, len(self._stmts))
-        self._finish(st)
+            if self.track:
+                st.fixed_ptrs.add(t.untyped_storage().data_ptr())
+        if self.track:
+            self._run_tracked(st, self._split, len(self._stmts))
+            self._finish(st)
+            return
+        with torch.no_grad(), self._autocast_off():
+            carry, st.carry = st.carry, []
+            self._backward_part(st.values, st.joint_values, st.rng, carry)
+
+    def _autocast_off(self):
+        import torch
+
+        if torch.is_autocast_enabled(self.eg.device_type):
+            return torch.autocast(device_type=self.eg.device_type, enabled=False)
+        return contextlib.nullcontext()
 
     def _device(self, st):
         for v in st.values:
@@ -163,33 +214,30 @@ class Executor:
             raise RematError(f"plan left {len(st.regs)} registers live")  # pragma: no cover - plans are checked
         self.peak_bytes = int(st.peak_bytes)
         self.step_bytes = np.asarray(st.step_bytes, dtype=np.int64)
-        self.compute_counts = st.counts.copy()
-        self.ops_run = st.ops_run
 
     # -------------------------------------------------------- joint outputs
     def user_outputs(self, st: StepState) -> list:
-        return [st.joint_values.get(self._n_mut + i) for i in range(self.eg.n_user_outputs)]
+        return st.joint_values[self._n_mut:self._n_fwd_out]
 
     def buffer_updates(self, st: StepState) -> dict:
         """``{buffer position: new value}`` of the mutated buffers."""
-        return {b: st.joint_values[j] for j, b in enumerate(self.eg.mutated_buffers) if j in st.joint_values}
+        jv = st.joint_values
+        return {b: jv[j] for j, b in enumerate(self.eg.mutated_buffers) if jv[j] is not None}
 
     def primal_grads(self, st: StepState) -> list:
         """Gradient of every primal (parameters, buffers, inputs), ``None`` where there is none."""
-        return [st.joint_values.get(j) if j is not None else None for j in self.eg.grad_slots]
+        jv = st.joint_values
+        return [jv[j] if j is not None else None for j in self.eg.grad_slots]
 
-    # ------------------------------------------------------------ the loop
-    def _run(self, st: StepState, start: int, stop: int) -> None:
+    # ------------------------------------------- the tracking interpreter
+    def _run_tracked(self, st: StepState, start: int, stop: int) -> None:
         import torch
 
         groups = self.eg.groups
-        fns = self._fns
         values = st.values
         regs = st.regs
         fixed_base = self.eg.graph.fixed_bytes
-        ac = (torch.autocast(device_type=self.eg.device_type, enabled=False)
-              if torch.is_autocast_enabled(self.eg.device_type) else contextlib.nullcontext())
-        with torch.no_grad(), ac:
+        with torch.no_grad(), self._autocast_off():
             for s in self._stmts[start:stop]:
                 if isinstance(s, Compute):
                     k = s.node
@@ -205,8 +253,6 @@ class Executor:
                             outs, internal = self._call(k, args, st)
                     else:
                         outs, internal = self._call(k, args, st)
-                    st.counts[k] += 1
-                    st.ops_run += len(spec.ops)
                     fixed = st.fixed_ptrs
                     jptrs = set()
                     for oi, j in spec.joint_outputs:
@@ -304,12 +350,175 @@ class Executor:
 
     def apply_buffer_updates(self, model, st: StepState) -> None:
         """Copy the new buffer values (BatchNorm statistics) into ``model``, once."""
+        if not self.eg.mutated_buffers:
+            return
         import torch
 
         buffers = [b for _, b in model.named_buffers()]
         with torch.no_grad():
             for b, v in self.buffer_updates(st).items():
                 buffers[b].copy_(v)
+
+
+# ---------------------------------------------------------------- codegen
+def _compile_plan(eg: ExtractedGraph, plan: ExecutionPlan, split: int):
+    """Generate and compile the forward and backward parts of ``plan``.
+
+    Each part is ``part(V, J, RNG, C)``: ``V`` the joint placeholders,
+    ``J`` the joint outputs (filled), ``RNG`` the saved RNG states of random
+    nodes, ``C`` the registers carried from the forward part (the forward
+    part returns them as a list; the backward part takes and empties it).
+    """
+    gen = _Codegen(eg)
+    stmts = plan.statements
+    live: dict[int, int] = {}  # register -> node
+    for s in stmts[:split]:
+        if isinstance(s, Compute):
+            live[s.register] = s.node
+        else:
+            del live[s.register]
+    carry = [(r, live[r]) for r in sorted(live)]
+    fwd_src = gen.part("_remat_forward", stmts[:split], [], carry)
+    bwd_src = gen.part("_remat_backward", stmts[split:], carry, [])
+    namespace = dict(gen.globals)
+    code = compile(fwd_src + "\n" + bwd_src, f"<remat plan of {eg.graph.name}>", "exec")
+    exec(code, namespace)
+    return namespace["_remat_forward"], namespace["_remat_backward"], (fwd_src, bwd_src)
+
+
+class _Codegen:
+    """Writes plan statements as straight-line Python over local variables.
+
+    Register ``r`` of node ``k`` is held in variables ``r{r}_{i}``, one per
+    output ``i`` of the node; a node's internal values are ``t{r}_{j}`` and are
+    deleted after their last read inside the node (or right away if nothing
+    reads them), as ``torch.fx`` code does.
+    """
+
+    def __init__(self, eg: ExtractedGraph):
+        self.eg = eg
+        self.globals: dict[str, Any] = {"_get_rng": _get_rng, "_replay_rng": _replay_rng}
+        self._names: dict[Any, str] = {}  # id of a callable/constant -> global name
+        self._keep: list = []  # keeps constants alive so their ids stay unique
+
+    def _global(self, obj, prefix: str) -> str:
+        key = (prefix, id(obj))
+        name = self._names.get(key)
+        if name is None:
+            name = f"_{prefix}{len(self._names)}"
+            self._names[key] = name
+            self.globals[name] = obj
+            self._keep.append(obj)
+        return name
+
+    def _callable(self, target) -> str:
+        import torch
+
+        fn = target._op if isinstance(target, torch._ops.OpOverload) else target
+        return self._global(fn, "f")
+
+    def _render(self, a, names: dict) -> str:
+        import torch.fx as fx
+
+        if isinstance(a, fx.Node):
+            return names[a]
+        if isinstance(a, (list, tuple)):
+            inner = ", ".join(self._render(x, names) for x in a)
+            if isinstance(a, tuple):
+                return f"({inner},)" if len(a) == 1 else f"({inner})"
+            return f"[{inner}]"
+        if a is None or type(a) in (bool, int, str):
+            return repr(a)
+        if type(a) is float and math.isfinite(a):
+            return repr(a)
+        return self._global(a, "c")
+
+    def part(self, fname: str, stmts, carry_in: list, carry_out: list) -> str:
+        eg = self.eg
+        groups = eg.groups
+        deps = eg.graph.deps
+        body: list[str] = []
+        used_ph: set[int] = set()
+        reg_outputs: dict[int, int] = {}  # register -> number of outputs
+        for r, k in carry_in:
+            reg_outputs[r] = len(groups[k].outputs)
+        carried = [f"r{r}_{i}" for r, k in carry_in for i in range(len(groups[k].outputs))]
+        if carried:
+            body.append(f"{', '.join(carried)}, = C")
+            body.append("C.clear()")
+        for s in stmts:
+            if isinstance(s, Compute):
+                k = s.node
+                spec = groups[k]
+                reg_outputs[s.register] = len(spec.outputs)
+                lines = self._node(spec, s, deps[k], used_ph)
+                if spec.random:
+                    if s.stage == k:
+                        body.append(f"RNG[{k}] = _get_rng()")
+                        body.extend(lines)
+                    else:
+                        body.append(f"with _replay_rng(RNG[{k}]):")
+                        body.extend("    " + ln for ln in lines)
+                else:
+                    body.extend(lines)
+                if s.stage == k:
+                    for oi, j in spec.joint_outputs:
+                        body.append(f"J[{j}] = r{s.register}_{oi}")
+            else:
+                n_out = reg_outputs.pop(s.register)
+                if n_out:
+                    body.append("del " + ", ".join(f"r{s.register}_{i}" for i in range(n_out)))
+        loads = [f"v{i} = V[{i}]" for i in sorted(used_ph)]
+        out_vars = [f"r{r}_{i}" for r, k in carry_out for i in range(len(groups[k].outputs))]
+        ret = [f"return [{', '.join(out_vars)}]"] if carry_out else ["return None"]
+        return "\n".join([f"def {fname}(V, J, RNG, C):"] + ["    " + ln for ln in loads + body + ret]) + "\n"
+
+    def _node(self, spec, s: Compute, node_deps, used_ph: set) -> list[str]:
+        import torch
+
+        gm_nodes = list(spec.fn.graph.nodes)
+        r = s.register
+        names: dict[Any, str] = {}
+        phs = [n for n in gm_nodes if n.op == "placeholder"]
+        for n, src in zip(phs, spec.inputs):
+            if src[0] == "ph":
+                used_ph.add(src[1])
+                names[n] = f"v{src[1]}"
+            else:
+                names[n] = f"r{s.inputs[src[1]]}_{src[2]}"
+        out_node = gm_nodes[-1]
+        outs = list(out_node.args[0])
+        out_of: dict[Any, int] = {}
+        for i, o in enumerate(outs):
+            if o.op != "placeholder" and o not in out_of:
+                out_of[o] = i
+        body = [n for n in gm_nodes if n.op == "call_function"]
+        last_use: dict[Any, int] = {}
+        for i, n in enumerate(body):
+            for a in n.all_input_nodes:
+                last_use[a] = i
+        lines: list[str] = []
+        for i, n in enumerate(body):
+            names[n] = f"r{r}_{out_of[n]}" if n in out_of else f"t{r}_{i}"
+            if n.target is operator.getitem:
+                src, idx = n.args
+                rhs = f"{names[src]}[{idx!r}]"
+            elif n.target is torch.ops.aten.detach.default and len(n.args) == 1 and not n.kwargs:
+                rhs = names[n.args[0]]  # under no_grad a detach is the same tensor
+            else:
+                args = [self._render(a, names) for a in n.args]
+                args += [f"{key}={self._render(v, names)}" for key, v in n.kwargs.items()]
+                rhs = f"{self._callable(n.target)}({', '.join(args)})"
+            lines.append(f"{names[n]} = {rhs}")
+            dead = [a for a in n.all_input_nodes if a.op != "placeholder" and a not in out_of and last_use[a] == i]
+            if n not in out_of and n not in last_use:
+                dead.append(n)
+            if dead:
+                lines.append("del " + ", ".join(names[a] for a in dict.fromkeys(dead)))
+        for i, o in enumerate(outs):
+            if out_of.get(o) != i:
+                lines.append(f"r{r}_{i} = {names[o]}")
+        return lines
 
 
 def _get_rng():
