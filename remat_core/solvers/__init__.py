@@ -59,6 +59,7 @@ _METHODS: dict[str, str | MethodFn] = {
     "linearized-greedy": "remat_core.solvers.baselines:solve_linearized_greedy",
     "rotor": "remat_core.solvers.rotor:solve_rotor",
     "auto": "remat_core.solvers.auto:solve_auto",
+    "segments": "remat_core.solvers.segments:solve_segments",
     "dtr": "remat_core.solvers.dtr:solve_dtr",
 }
 

@@ -27,9 +27,9 @@ __all__ = ["solve_ilp", "warm_start_schedule"]
 
 log = logging.getLogger(__name__)
 
-#: Methods never used to warm-start the MILP (this one, those that solve an LP themselves, and ``auto``,
-#: which runs this one).
-_NOT_FOR_WARM_START = frozenset({"ilp", "lp-rounding", "auto"})
+#: Methods never used to warm-start the MILP (this one, those that solve an LP themselves, and ``auto`` and
+#: ``segments``, which run this one).
+_NOT_FOR_WARM_START = frozenset({"ilp", "lp-rounding", "auto", "segments"})
 #: Share of what is left of ``time_limit_s`` that lp-rounding may use as a warm start; the MILP gets the rest.
 #: lp-rounding checks its limit between LP solves and usually stops well before it.
 _LP_ROUNDING_TIME_SHARE = 0.5

@@ -98,3 +98,70 @@ def test_memory_guard_refuses_to_build_a_program_too_large():
     res = solve(g, resolve_budget(g, 0.9), method="ilp")
     assert "not built" in res.message
     assert res.success and res.lower_bound == pytest.approx(float(np.sum(g.cost)))
+
+
+# ---------------------------------------------------------------- segments, the large-graph method
+
+
+def _baseline_costs(graph, budget):
+    from remat_core.solvers.auto import BASELINES
+
+    out = {}
+    for name in BASELINES:
+        try:
+            res = solve(graph, budget, method=name)
+        except ValueError:   # chain-only methods on a DAG
+            continue
+        if res.success:
+            out[name] = res.objective
+    return out
+
+
+def test_coarsening_keeps_costs_and_checkpoint_all_maps_back():
+    from remat_core import Schedule
+    from remat_core.solvers.segments import coarsen, refine
+
+    g = random_training_graph(30, seed=4)
+    co = coarsen(g, 10)
+    seg_cost = co.graph.cost[co.segment_node]
+    assert seg_cost.sum() == pytest.approx(g.cost.sum())
+    fine = refine(g, co, Schedule.checkpoint_all(co.graph))
+    sim = simulate(g, fine, timeline=False)
+    assert sim.total_cost == pytest.approx(g.cost.sum())   # nothing recomputed
+
+
+@pytest.mark.parametrize("seed,frac", [(1, 0.8), (2, 0.5), (3, 0.4)])
+def test_segments_equals_the_milp_on_small_graphs(seed, frac):
+    """Where the MILP proves the optimum, segments (the one-level hierarchy there) is within 1% of it."""
+    g = random_training_graph(6, seed=seed)
+    budget = resolve_budget(g, frac)
+    exact = solve(g, budget, method="ilp")
+    res = solve(g, budget, method="segments", time_limit_s=30)
+    assert res.status.value in ("optimal", "infeasible") or exact.status is not SolveStatus.OPTIMAL
+    if exact.status is SolveStatus.OPTIMAL:
+        assert res.objective <= exact.objective * 1.01
+
+
+@needs_data
+@pytest.mark.parametrize("frac", [0.9, 0.5])
+def test_segments_within_budget_and_never_worse_than_its_warm_start(frac):
+    g = _dtr("U-Net_6")
+    budget = resolve_budget(g, frac)
+    base = _baseline_costs(g, budget)
+    warm_name = min(base, key=base.get)
+    warm = solve(g, budget, method=warm_name).schedule
+    res, _, _ = _timed(g, frac, "segments", 8.0, warm_start=warm)
+    assert res.success and res.peak_memory_bytes <= budget
+    assert res.objective <= min(base.values()) + 1e-6
+    assert res.lower_bound == pytest.approx(float(np.sum(g.cost)))
+
+
+@needs_data
+@pytest.mark.parametrize("name", ["InceptionV4_64", "Transformer_10", "DenseNet-121_84"])
+def test_auto_on_large_graphs_never_worse_than_the_best_baseline(name):
+    g = _dtr(name)
+    budget = resolve_budget(g, 0.5)
+    res, _, _ = _timed(g, 0.5, "auto", 8.0)
+    assert res.stats["path"] == "large"
+    base = _baseline_costs(g, budget)
+    assert res.success and res.objective <= min(base.values()) + 1e-6
