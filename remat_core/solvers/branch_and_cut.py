@@ -158,7 +158,7 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
     from ..formulation.cuts import cover_inequalities, path_inequalities, without_family
     from ..simulate import simulate
     from .backends import highs as highs_backend
-    from .backends.highs import _configure, _pass_model
+    from .backends.highs import _configure, _pass_model, new_highs
     from .ilp import _integer_costs
 
     if sf.formulation != "strong":
@@ -187,7 +187,7 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
     lp = without_family(sf, "knapsack")
     if not cover_rows:
         lp = without_family(lp, "cover_inequalities")
-    h = highspy.Highs()
+    h = new_highs()
     _configure(h, None, None, threads, False, None)
     h.setOptionValue("presolve", highs_backend._LP_PRESOLVE)   # LPs only (the first one, cold, would use it)
     _pass_model(h, lp.c, sp.csc_array(lp.A), lp.row_lo, lp.row_hi, lo0, hi0, np.zeros(sf.n_cols, np.int32))

@@ -50,6 +50,26 @@ _threads_in_use: int | str | None = None   # the size of HiGHS's process-wide th
 _LP_PRESOLVE = "off"
 
 
+_banner_printed = False
+
+
+def new_highs():
+    """A ``highspy.Highs()``. HiGHS prints its banner on standard output when the first one is made, before
+    any option can stop it; that one is made with the descriptor pointed at the null device (library code
+    prints nothing: ``--json`` output stays JSON)."""
+    import highspy
+
+    global _banner_printed
+    if _banner_printed:
+        return highspy.Highs()
+    from ..._native_io import native_output_silenced
+
+    with native_output_silenced("stdout"):
+        h = highspy.Highs()
+    _banner_printed = True
+    return h
+
+
 def _configure(h, time_limit_s, mip_rel_gap, threads, verbose, options) -> None:
     """Set ``h``'s options (HiGHS keeps one thread pool per process: another size needs a fresh pool)."""
     import highspy
@@ -81,7 +101,7 @@ def check_options(options) -> None:
     """Raise ``ValueError`` naming the first of ``options`` that HiGHS rejects (unknown name or bad value)."""
     import highspy
 
-    h = highspy.Highs()
+    h = new_highs()
     h.setOptionValue("output_flag", False)
     _set_options(h, options)
 
@@ -207,7 +227,7 @@ def _solve_once(c, A, row_lo, row_hi, col_lo, col_hi, integrality, *, time_limit
     """One HiGHS run of :func:`solve` (its result as HiGHS reports it)."""
     import highspy
 
-    h = highspy.Highs()
+    h = new_highs()
     _configure(h, time_limit_s, mip_rel_gap, threads, verbose, options)
     _pass_model(h, c, A.tocsc(), row_lo, row_hi, col_lo, col_hi, integrality)
     is_mip = bool(np.any(integrality))
@@ -258,7 +278,7 @@ class LPSequence:
     def _cold(self, key, c, csc, row_lo, row_hi, col_lo, col_hi, time_limit_s) -> BackendResult:
         import highspy
 
-        self._h, self._key = highspy.Highs(), key
+        self._h, self._key = new_highs(), key
         _configure(self._h, time_limit_s, None, self.threads, self.verbose, None)
         self._h.setOptionValue("presolve", _LP_PRESOLVE)
         _pass_model(self._h, c, csc, row_lo, row_hi, col_lo, col_hi, np.zeros(len(c), np.int32))
