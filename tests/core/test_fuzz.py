@@ -17,6 +17,7 @@ few dozen examples per property. What must hold:
 from __future__ import annotations
 
 import inspect
+import os
 
 import numpy as np
 import pytest
@@ -37,6 +38,8 @@ from strategies import dags, training_graphs
 _GAP = 1e-4
 _LIMIT_S = 20.0
 _HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large]
+#: REMAT_FUZZ_SCALE=20 multiplies every property's examples (a longer hunt than CI's)
+_SCALE = int(os.environ.get("REMAT_FUZZ_SCALE", "1"))
 
 
 @st.composite
@@ -103,7 +106,7 @@ def _check_optimal(g, budget, res, optimum, label) -> None:
         assert res.lower_bound <= optimum + 1e-6 * max(1.0, optimum), (label, "lower bound above the optimum")
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=_HEALTH)
+@settings(max_examples=15 * _SCALE, deadline=None, suppress_health_check=_HEALTH)
 @given(problems())
 def test_every_method_returns_schedules_within_budget_and_ilp_is_the_cheapest(problem):
     g, budget = problem
@@ -131,7 +134,7 @@ def _variants():
     return out
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=_HEALTH)
+@settings(max_examples=30 * _SCALE, deadline=None, suppress_health_check=_HEALTH)
 @given(problems(), st.sampled_from(_variants()), st.booleans(), st.booleans(), st.sampled_from([None, 1]))
 def test_every_ilp_variant_equals_the_oracle(problem, variant, cuts, warm_start, threads):
     g, budget = problem
@@ -149,7 +152,7 @@ def test_every_ilp_variant_equals_the_oracle(problem, variant, cuts, warm_start,
 _KERNEL_METHODS = ("checkpoint-all", "linearized-greedy", "ap-sqrtn", "dtr", "lp-rounding")
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=_HEALTH)
+@settings(max_examples=6 * _SCALE, deadline=None, suppress_health_check=_HEALTH)
 @given(problems())
 def test_results_are_identical_across_kernel_implementations(problem):
     g, budget = problem
