@@ -13,7 +13,9 @@ than a 400-node chain.
   baseline; it usually proves the optimum inside the limit;
 * up to :data:`LP_MAX_NONZEROS` (about 270 nodes of ResNet-32): ``lp-rounding``
   (one LP relaxation, rounded), which also gives a lower bound;
-* beyond, or when the estimated model would not fit ``memory_limit_bytes``:
+* beyond, when the estimated model would not fit ``memory_limit_bytes``, or
+  when it has more than :data:`NONZEROS_PER_SECOND` times ``time_limit_s``
+  nonzeros (its LP would not finish in time):
   the large-graph path, no formulation at all (the baselines, ``dtr`` when it
   is registered, and ``segments`` when it is registered).
 
@@ -37,7 +39,7 @@ from ..formulation.size import DEFAULT_MODEL_BYTES_LIMIT, estimate_milp_size
 from ..graph import Graph
 from ..schedule import RematResult, SolveStatus
 
-__all__ = ["solve_auto", "ILP_MAX_NONZEROS", "LP_MAX_NONZEROS", "BASELINES", "choose_path"]
+__all__ = ["solve_auto", "ILP_MAX_NONZEROS", "LP_MAX_NONZEROS", "BASELINES", "choose_path", "NONZEROS_PER_SECOND"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,11 @@ log = logging.getLogger(__name__)
 ILP_MAX_NONZEROS = 2_000_000
 #: Largest estimated MILP (nonzeros) whose LP relaxation ``auto`` solves and rounds (``lp-rounding``).
 LP_MAX_NONZEROS = 20_000_000
+#: Estimated nonzeros whose program ``auto`` expects to build, solve as an LP and round per second of its
+#: limit: lp-rounding took about 39 s a budget on U-Net_6 (7.1 M estimated nonzeros, section lp-rounding of
+#: benchmarks/README.md), 180 k a second, and the machine may be shared; a program larger than this times the
+#: limit takes the large-graph path.
+NONZEROS_PER_SECOND = 120_000
 #: The heuristics ``auto`` always runs first, cheapest result kept. Methods that apply to chains only raise
 #: GraphValidationError elsewhere and are skipped.
 BASELINES = ("checkpoint-all", "dtr", "rotor", "chen-greedy", "chen-sqrtn", "griewank-logn", "ap-greedy", "ap-sqrtn",
@@ -73,6 +80,8 @@ def choose_path(graph: Graph, time_limit_s: float | None = None,
     size = estimate_milp_size(graph)
     if not size.fits(memory_limit_bytes):
         return "large"
+    if time_limit_s is not None and size.nonzeros > NONZEROS_PER_SECOND * float(time_limit_s):
+        return "large"   # its LP alone would not finish: the time goes to the large-graph methods instead
     if size.nonzeros <= ILP_MAX_NONZEROS:
         return "ilp"
     if size.nonzeros <= LP_MAX_NONZEROS:

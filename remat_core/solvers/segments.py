@@ -376,7 +376,7 @@ def solve_segments(graph: Graph, budget_bytes: int, time_limit_s: float | None =
     tries: list[dict[str, Any]] = []
     sim_time = 0.0
     from ..formulation.size import estimate_milp_size
-    from .auto import ILP_MAX_NONZEROS
+    from .auto import ILP_MAX_NONZEROS, NONZEROS_PER_SECOND
 
     if estimate_milp_size(graph).nonzeros <= ILP_MAX_NONZEROS and left() > 0.5:
         # small enough to solve exactly: the one-level hierarchy
@@ -411,6 +411,9 @@ def solve_segments(graph: Graph, budget_bytes: int, time_limit_s: float | None =
                               "status": "infeasible (a segment alone needs more)"})
                 break
             method = _coarse_method(co.graph)
+            if estimate_milp_size(co.graph).nonzeros > NONZEROS_PER_SECOND * remaining:
+                tries.append({"segments": co.graph.n, "method": method, "status": "skipped (too little time)"})
+                break
             opts: dict[str, Any] = {"time_limit_s": None if math.isinf(remaining) else remaining - (time.perf_counter() - t0)}
             if verbose:
                 opts["verbose"] = True
