@@ -1,0 +1,228 @@
+"""Solvers at the scale of real models: the shared DTR graphs and random layered graphs of 500 to 5,000 nodes.
+
+For each graph and budget (a fraction of activation memory, ``remat_core.units``), every solve runs in its own
+child process (so that its peak RSS is its own, read from ``os.wait4``) under a 6 GB address-space cap:
+
+* ``auto`` with each time limit (wall time, cost / lower bound, path taken, method that gave the schedule);
+* the best baseline (the cheapest of the heuristics ``auto`` runs first) and ``dtr``, without a limit.
+
+Writes ``results/scale.json``, ``results/scale.png`` and the README section "scale".
+
+    .venv/bin/python benchmarks/bench_scale.py            # the recorded subset (see SUBSET)
+    .venv/bin/python benchmarks/bench_scale.py --full     # every graph, budgets 0.9 .. 0.1, limits 10/60/300 s
+    .venv/bin/python benchmarks/bench_scale.py --report-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _report import DTR_GRAPHS, RESULTS, command_line, dtr_graph_path, machine_line, save_json, table, write_section  # noqa: E402
+
+FULL_FRACTIONS = (0.9, 0.7, 0.5, 0.4, 0.3, 0.2, 0.1)
+FULL_LIMITS = (10.0, 60.0, 300.0)
+#: random_training_graph(layers, 3, seed=0): about 4.2 nodes a layer (500, 1,000, 2,000 and 4,800 nodes)
+RANDOM_LAYERS = (120, 240, 480, 1150)
+#: The run recorded in the README (under 15 minutes on a shared 2-core machine).
+SUBSET = {"graphs": ["U-Net_6", "ResNet-32_56", "InceptionV4_64", "Transformer_10", "DenseNet-121_84",
+                     "Unrolled_GAN", "TreeLSTM_D.6", "LSTM_512", "random-240"],
+          "fractions": (0.9, 0.5, 0.2), "limits": (10.0,)}
+MEMORY_CAP_BYTES = 6_000_000_000
+
+
+def load(name: str):
+    from remat_core import load_dtr_dag
+    from remat_core.zoo import random_training_graph
+
+    if name.startswith("random-"):
+        return random_training_graph(int(name.split("-")[1]), 3, seed=0)
+    return load_dtr_dag(dtr_graph_path(name))
+
+
+def child_main(job_path: str, out_path: str) -> None:
+    """One solve, in this (child) process: writes a result dict."""
+    import numpy as np
+
+    from remat_core import solve
+    from remat_core.solvers.auto import BASELINES
+    from remat_core.units import resolve_budget
+
+    with open(job_path) as f:
+        job = json.load(f)
+    g = load(job["graph"])
+    budget = resolve_budget(g, job["fraction"])
+    base = float(np.sum(g.cost))
+    t0 = time.perf_counter()
+    out = {"n": g.n, "budget": budget}
+    if job["method"] == "baselines":
+        best = None
+        for name in BASELINES:
+            if name == "dtr":
+                continue
+            try:
+                r = solve(g, budget, method=name)
+            except ValueError:
+                continue
+            if r.success and (best is None or r.objective < best[1]):
+                best = (name, r.objective)
+        out.update(status="feasible" if best else "infeasible", chosen=best and best[0],
+                   cost=best and best[1] / base)
+    else:
+        opts = {"time_limit_s": job["limit"]} if job["limit"] else {}
+        r = solve(g, budget, method=job["method"], **opts)
+        out.update(status=r.status.value, cost=r.objective and r.objective / base,
+                   bound=r.lower_bound and r.lower_bound / base, path=r.stats.get("path"),
+                   chosen=r.stats.get("chosen"), message=r.message[:200])
+    out["wall_s"] = time.perf_counter() - t0
+    with open(out_path, "w") as f:
+        json.dump(out, f)
+
+
+def run_child(job: dict) -> dict:
+    """Run one solve in a child process under the memory cap; its wall time (start-up included) and peak RSS."""
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as d:
+        jp, op = os.path.join(d, "job.json"), os.path.join(d, "out.json")
+        with open(jp, "w") as f:
+            json.dump(job, f)
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", jp, op],
+                                preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS,
+                                                                      (MEMORY_CAP_BYTES, MEMORY_CAP_BYTES)))
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - t0
+        res = json.load(open(op)) if os.path.exists(op) else {"status": f"crashed ({proc.returncode})"}
+    res.update(job, process_wall_s=wall, peak_rss_mib=usage.ru_maxrss / 1024)
+    return res
+
+
+def render(rows: list[dict], meta: dict) -> str:
+    by_key: dict = {}
+    for r in rows:
+        by_key.setdefault((r["graph"], r["fraction"]), {})[(r["method"], r["limit"])] = r
+    limits = sorted({r["limit"] for r in rows if r["method"] == "auto"})
+    head = ["graph", "nodes", "budget"]
+    for lim in limits:
+        head += [f"auto {lim:g} s: cost/LB", "path (method)", "wall s", "RSS MiB"]
+    head += ["best baseline", "dtr"]
+    out = []
+
+    def c(x):
+        return "-" if x is None else f"{x:.3f}"
+
+    for (graph, frac), d in by_key.items():
+        n = next(iter(d.values())).get("n", "")
+        row = [graph, n, frac]
+        for lim in limits:
+            a = d.get(("auto", lim), {})
+            ratio = a["cost"] / a["bound"] if a.get("cost") and a.get("bound") else None
+            row += [c(ratio) if ratio else a.get("status", "-"), f"{a.get('path')} ({a.get('chosen')})",
+                    f"{a.get('wall_s', 0):.1f}", f"{a.get('peak_rss_mib', 0):.0f}"]
+        b, t = d.get(("baselines", 0), {}), d.get(("dtr", 0), {})
+        row += [f"{c(b.get('cost'))} ({b.get('chosen')})" if b.get("cost") else b.get("status", "-"),
+                c(t.get("cost")) if t.get("cost") else t.get("status", "-")]
+        out.append(row)
+    text = [f"## scale: auto on large graphs (issue 26)", "",
+            f"Measured on {meta['machine']}; `{meta['command']}`; {meta['scope']}. The machine was shared with other "
+            "engineers' jobs during the run (load average above 2 on 2 cores), so wall times are upper bounds.",
+            "",
+            "Costs are over the sum of the node costs (every node computed once, the lower bound `auto` reports "
+            "on the large path; on the `ilp` and `lp-rounding` paths the bound is the MILP's or LP's). *wall s*: "
+            "the `solve` call (the limit is on the call; the process's interpreter start-up and graph loading, "
+            "2 to 4 s here, are not in it). "
+            "*RSS MiB*: peak resident memory of the solve's process and its children. *best baseline*: the "
+            "cheapest of the heuristics other than dtr at that budget; *dtr*: `method='dtr'`. Plot: "
+            "`results/scale.png` (cost over the bound against the budget, one panel per graph).", "",
+            table(head, out)]
+    return "\n".join(text)
+
+
+def plot(rows: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    graphs = list(dict.fromkeys(r["graph"] for r in rows))
+    cols = 5
+    fig, axes = plt.subplots((len(graphs) + cols - 1) // cols, cols, figsize=(3.2 * cols, 2.8 * ((len(graphs) + cols - 1) // cols)),
+                             squeeze=False)
+    for ax, gname in zip(axes.flat, graphs):
+        rs = [r for r in rows if r["graph"] == gname]
+        series = {}
+        for r in rs:
+            label = f"auto {r['limit']:g} s" if r["method"] == "auto" else r["method"]
+            if r.get("cost"):
+                series.setdefault(label, []).append((r["fraction"], r["cost"]))
+        for label, pts in sorted(series.items()):
+            pts.sort()
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        ax.set_title(f"{gname} ({rs[0].get('n', '')} nodes)", fontsize=9)
+        ax.set_xlabel("budget (fraction of activation memory)", fontsize=7)
+        ax.set_ylabel("cost / sum of node costs", fontsize=7)
+        ax.invert_xaxis()
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(graphs):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--full", action="store_true", help="every graph, budgets 0.9 .. 0.1, limits 10/60/300 s")
+    ap.add_argument("--graphs", help="comma-separated graph names (DTR names or random-<layers>)")
+    ap.add_argument("--report-only", action="store_true", help="rewrite the README section from the results")
+    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child_main(*args.child)
+        return
+    json_path = os.path.join(RESULTS, "scale.json")
+    if args.report_only:
+        data = json.load(open(json_path))
+        plot(data["rows"], os.path.join(RESULTS, "scale.png"))
+        write_section("scale", render(data["rows"], data["meta"]))
+        return
+    if args.full:
+        graphs = DTR_GRAPHS + [f"random-{k}" for k in RANDOM_LAYERS]
+        fractions, limits = FULL_FRACTIONS, FULL_LIMITS
+        scope = "the full grid"
+    else:
+        graphs, fractions, limits = SUBSET["graphs"], SUBSET["fractions"], SUBSET["limits"]
+        scope = (f"the recorded subset: graphs {', '.join(graphs)}; budgets {', '.join(map(str, fractions))}; "
+                 f"auto's limit {', '.join(f'{x:g} s' for x in limits)} (`--full`: budgets 0.9 to 0.1, limits 10, "
+                 "60 and 300 s, random graphs of 500 to 4,800 nodes)")
+    if args.graphs:
+        graphs = args.graphs.split(",")
+    rows = []
+    for gname in graphs:
+        for frac in fractions:
+            jobs = [{"graph": gname, "fraction": frac, "method": "auto", "limit": lim} for lim in limits]
+            jobs += [{"graph": gname, "fraction": frac, "method": m, "limit": 0} for m in ("baselines", "dtr")]
+            for job in jobs:
+                r = run_child(job)
+                rows.append(r)
+                print(json.dumps({k: r.get(k) for k in ("graph", "fraction", "method", "limit", "status", "cost",
+                                                        "bound", "path", "chosen", "wall_s", "peak_rss_mib")}),
+                      flush=True)
+    meta = {"machine": machine_line(), "command": command_line(), "scope": scope}
+    save_json("scale", {"meta": meta, "rows": rows})
+    plot(rows, os.path.join(RESULTS, "scale.png"))
+    write_section("scale", render(rows, meta))
+
+
+if __name__ == "__main__":
+    main()
