@@ -1,0 +1,302 @@
+"""DTR (method="dtr" and the live runtime): compute overhead per heuristic on the eight real graphs, against the
+MILP / LP rounding where they solve and against the published figures; the live runtime against eager on CPU.
+
+Part 1 (simulated, ``--part sim``). For each graph of ``../shared/data/dtr_dags`` and each heuristic, the budget
+is a fraction 0.2, 0.3, ..., 1.0 of the checkpoint-all peak (total bytes, fixed bytes included, as in the DTR
+paper's figures); the overhead is the schedule's simulated cost over checkpoint-all's (every node once). The
+smallest feasible fraction is found by bisection between the graph's lower bound and the peak (DTR is not
+monotone in the budget: it is the smallest budget found that works). The reference at 0.5 is ``ilp`` (the
+optimum, or the best schedule and the proven bound when the time limit stops it) and ``lp-rounding``, on the
+two small graphs only, each in a child process under ``prlimit --as`` and a time limit.
+
+Part 2 (live, ``--part live``). A CNN with BatchNorm and dropout and a tree-structured recursive network whose
+shape depends on the input, one training step each on CPU: eager, and under ``remat_torch.dtr`` at 0.5 and 0.3
+of the activation memory the runtime tracks for that step (``activation_peak_bytes``). Peak: the runtime's
+tracked peak, and the peak of live bytes the CPU allocator saw during the step (``AllocatorMeter``, a separate
+run: the profiler slows the step). Time: the median of the step's wall time over a few runs, eager and DTR
+alternating.
+
+    python benchmarks/bench_dtr.py [--part sim|live|all] [--quick] [--ilp-limit 120]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _report import DTR_GRAPHS, RESULTS, command_line, dtr_graph_path, machine_line, save_json, table, write_section  # noqa: E402
+
+from remat_core import load_dtr_dag, solve  # noqa: E402
+from remat_core.simulate import checkpoint_all_peak_bytes  # noqa: E402
+from remat_core.solvers.dtr import HEURISTICS, _smallest_success, dtr_run  # noqa: E402
+
+FRACTIONS = [0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
+EXACT_GRAPHS = ["U-Net_6", "ResNet-32_56"]
+PUBLISHED = "1.06x (Transformer) to 1.18x (DenseNet) at 0.5 of the peak; 0.2x of the peak reached on most models"
+
+
+def overhead(g, schedule) -> float:
+    return float(g.cost @ schedule.compute_counts() / g.cost.sum())
+
+
+def exact_child(name: str, method: str, budget: int, limit_s: float) -> dict:
+    """``method`` at ``budget`` in a child process capped at 6 GB of address space and ``limit_s`` (+60 s)."""
+    code = (
+        "import json, sys; from remat_core import load_dtr_dag, solve; "
+        f"g = load_dtr_dag({dtr_graph_path(name)!r}); "
+        f"opts = dict(time_limit_s={limit_s}); "
+        f"r = solve(g, {budget}, method={method!r}, **opts); "
+        "print(json.dumps(dict(status=r.status.value, objective=r.objective, lower_bound=r.lower_bound, "
+        "base=float(g.cost.sum()), time_s=r.solve_time_s)))")
+    cmd = ["prlimit", "--as=6000000000", sys.executable, "-c", code]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=limit_s + 60)
+    except subprocess.TimeoutExpired:
+        return dict(status="timeout")
+    if out.returncode != 0:
+        return dict(status=f"failed ({out.stderr.strip().splitlines()[-1][:80] if out.stderr.strip() else out.returncode})")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_sim(graphs: list[str], ilp_limit: float) -> dict:
+    raw: dict = {}
+    for name in graphs:
+        g = load_dtr_dag(dtr_graph_path(name))
+        peak = checkpoint_all_peak_bytes(g)
+        lower = g.min_budget_lower_bound_bytes()
+        entry = dict(n=g.n, peak=peak, lower_bound_fraction=lower / peak, heuristics={})
+        for h in HEURISTICS:
+            t0 = time.perf_counter()
+            per = {}
+            for f in FRACTIONS:
+                r = dtr_run(g, int(f * peak), h)
+                per[f] = overhead(g, r["schedule"]) if r["ok"] else None
+            sweep_s = time.perf_counter() - t0
+            smallest = _smallest_success(g, lower - 1, peak, lambda b: dtr_run(g, b, h)["ok"])
+            entry["heuristics"][h] = dict(overhead=per, smallest_fraction=smallest / peak, sweep_s=sweep_s)
+            print(name, h, {k: (round(v, 3) if v else None) for k, v in per.items()},
+                  f"smallest {smallest / peak:.3f}", f"{sweep_s:.2f}s", flush=True)
+        if name in EXACT_GRAPHS and ilp_limit > 0:
+            budget = int(0.5 * peak)
+            entry["exact"] = {m: exact_child(name, m, budget, ilp_limit) for m in ("ilp", "lp-rounding")}
+            print(name, entry["exact"], flush=True)
+        raw[name] = entry
+    return raw
+
+
+def plot_sim(raw: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(raw)
+    cols = 4
+    rows = (len(names) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.2 * rows), squeeze=False)
+    for ax, name in zip(axes.flat, names):
+        for h, d in raw[name]["heuristics"].items():
+            xs = [float(f) for f, v in d["overhead"].items() if v is not None]
+            ys = [v for v in d["overhead"].values() if v is not None]
+            ax.plot(xs, ys, marker="o", ms=3, label=h, lw=1.2 if h in ("h_dtr", "h_dtr_eq") else 0.8)
+        ex = raw[name].get("exact", {}).get("ilp", {})
+        if ex.get("objective"):
+            ax.plot([0.5], [ex["objective"] / ex["base"]], "k*", ms=10, label="ilp")
+        ax.axhspan(1.06, 1.18, xmin=0, xmax=1, color="grey", alpha=0.12)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlim(0.15, 1.05)
+        ax.set_ylim(0.98, 2.0)
+        ax.set_xlabel("budget / checkpoint-all peak", fontsize=8)
+        ax.set_ylabel("compute / checkpoint-all", fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=6, loc="upper right")
+    fig.suptitle("DTR simulated on the eight graphs (grey band: published 1.06x-1.18x at 0.5; y clipped at 2)",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def render_sim(raw: dict) -> str:
+    hs = list(HEURISTICS)
+    head = ["graph", "nodes"] + [f"{h} @0.5" for h in hs] + ["best smallest fraction (heuristic)", "ilp @0.5",
+                                                              "lp-rounding @0.5"]
+    rows = []
+    for name, e in raw.items():
+        cells = []
+        for h in hs:
+            v = e["heuristics"][h]["overhead"].get(0.5, e["heuristics"][h]["overhead"].get("0.5"))
+            cells.append(f"{v:.3f}" if v else "infeasible")
+        best_h = min(hs, key=lambda h: e["heuristics"][h]["smallest_fraction"])
+        small = f"{e['heuristics'][best_h]['smallest_fraction']:.3f} ({best_h})"
+        ex = []
+        for m in ("ilp", "lp-rounding"):
+            d = e.get("exact", {}).get(m)
+            if not d:
+                ex.append("-")
+            elif d.get("objective"):
+                lb = f", bound {d['lower_bound'] / d['base']:.3f}" if d.get("lower_bound") else ""
+                ex.append(f"{d['objective'] / d['base']:.3f} ({d['status']}{lb}, {d['time_s']:.0f} s)")
+            else:
+                ex.append(d["status"])
+        rows.append([name, e["n"]] + cells + [small] + ex)
+    small_rows = [[name] + [f"{e['heuristics'][h]['smallest_fraction']:.3f}" for h in hs]
+                  + [f"{max(e['heuristics'][h]['sweep_s'] for h in hs):.2f}", f"{e['lower_bound_fraction']:.3f}"]
+                  for name, e in raw.items()]
+    return "\n\n".join([
+        table(head, rows),
+        "Smallest feasible fraction of the checkpoint-all peak per heuristic (bisection to 0.5% of the range), "
+        "the slowest heuristic's sweep of the nine fractions (s), and the graph's lower bound (the largest "
+        "working set of one node, as a fraction):",
+        table(["graph"] + hs + ["sweep s (slowest)", "lower bound"], small_rows),
+    ])
+
+
+# --------------------------------------------------------------------------------------------------- live runtime
+def live_models():
+    import torch
+    from torch import nn
+
+    class TreeNet(nn.Module):
+        """Recursive net over a binary tree that the input decides (data-dependent control flow)."""
+
+        def __init__(self, d=256):
+            super().__init__()
+            self.leaf, self.comb, self.out = nn.Linear(d, d), nn.Linear(2 * d, d), nn.Linear(d, 1)
+
+        def encode(self, xs):
+            if xs.shape[1] == 1:
+                return torch.tanh(self.leaf(xs[:, 0]))
+            cut = int(xs[0, 1:, 0].argmax()) + 1
+            return torch.tanh(self.comb(torch.cat([self.encode(xs[:, :cut]), self.encode(xs[:, cut:])], 1)))
+
+        def forward(self, xs):
+            return self.out(self.encode(xs)).square().mean()
+
+    torch.manual_seed(0)
+    cnn = nn.Sequential(
+        *[m for c_in in (3, 32, 32, 32, 32, 32) for m in (nn.Conv2d(c_in, 32, 3, padding=1), nn.BatchNorm2d(32),
+                                                          nn.ReLU(), nn.Dropout(0.1))],
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+    x, y = torch.randn(16, 3, 64, 64), torch.randint(0, 10, (16,))
+    xs = torch.randn(32, 48, 256)
+    return [("CNN (6 conv+BN+ReLU+dropout, 16x3x64x64)", cnn, lambda m: nn.functional.cross_entropy(m(x), y)),
+            ("TreeNet (48 leaves, batch 32, d=256)", TreeNet(), lambda m: m(xs))]
+
+
+def run_live(repeats: int) -> list[dict]:
+    import torch
+
+    import remat_torch
+    from remat_torch.dtr import activation_peak_bytes
+    from remat_torch.meter import measure_peak_bytes
+
+    torch.set_num_threads(1)
+    out = []
+    for label, model, step in live_models():
+        def eager(m=model):
+            m.zero_grad(set_to_none=True)
+            step(m).backward()
+
+        act = activation_peak_bytes(lambda: (model.zero_grad(set_to_none=True), step(model).backward()))
+        eager()
+        eager_peak = measure_peak_bytes(eager)
+        rows = [dict(model=label, mode="eager", budget=None, tracked_peak=act, allocator_peak=eager_peak)]
+        for f in (0.5, 0.3):
+            budget = int(f * act)
+
+            def under(m=model, b=budget):
+                m.zero_grad(set_to_none=True)
+                with remat_torch.dtr(budget=b) as rt:
+                    step(m).backward()
+                return rt
+
+            try:
+                rt = under()
+                alloc = measure_peak_bytes(under)
+                rows.append(dict(model=label, mode=f"dtr {f}", budget=budget, tracked_peak=rt.stats["peak_bytes"],
+                                 allocator_peak=alloc, evictions=rt.stats["evictions"],
+                                 remats=rt.stats["rematerializations"], ops=rt.stats["operators"]))
+            except Exception as exc:   # an infeasible budget is a result too
+                rows.append(dict(model=label, mode=f"dtr {f}", budget=budget, error=str(exc)[:160]))
+        times = {r["mode"]: [] for r in rows if "error" not in r}
+        for _ in range(repeats):
+            for r in rows:
+                if "error" in r:
+                    continue
+                t = time.perf_counter()
+                if r["budget"] is None:
+                    eager()
+                else:
+                    model.zero_grad(set_to_none=True)
+                    with remat_torch.dtr(budget=r["budget"]):
+                        step(model).backward()
+                times[r["mode"]].append(time.perf_counter() - t)
+        for r in rows:
+            if r["mode"] in times:
+                r["step_s"] = statistics.median(times[r["mode"]])
+        print(rows, flush=True)
+        out.extend(rows)
+    return out
+
+
+def render_live(rows: list[dict]) -> str:
+    from remat_core.units import format_bytes
+
+    eager = {r["model"]: r for r in rows if r["mode"] == "eager"}
+    body = []
+    for r in rows:
+        e = eager[r["model"]]
+        if "error" in r:
+            body.append([r["model"], r["mode"], format_bytes(r["budget"]), "infeasible: " + r["error"], "-", "-",
+                         "-", "-"])
+            continue
+        body.append([r["model"], r["mode"], format_bytes(r["budget"]), format_bytes(r["tracked_peak"]),
+                     format_bytes(r["allocator_peak"]), f"{r['step_s'] * 1e3:.0f}",
+                     f"{r['step_s'] / e['step_s']:.2f}x",
+                     f"{r.get('evictions', 0)} / {r.get('remats', 0)} / {r.get('ops', '-')}"])
+    return table(["model", "mode", "budget", "tracked peak", "allocator peak", "step ms", "vs eager",
+                  "evictions / replays / operators"], body)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--part", choices=("sim", "live", "all"), default="all")
+    ap.add_argument("--quick", action="store_true", help="three graphs, no ilp, one timing run")
+    ap.add_argument("--ilp-limit", type=float, default=120.0, help="time limit of ilp / lp-rounding (0: skip)")
+    ap.add_argument("--repeats", type=int, default=5, help="timing runs of the live part")
+    args = ap.parse_args()
+    path = os.path.join(RESULTS, "dtr.json")
+    saved = json.load(open(path)) if os.path.exists(path) else {}
+    if args.part in ("sim", "all"):
+        graphs = ["U-Net_6", "ResNet-32_56", "Transformer_10"] if args.quick else DTR_GRAPHS
+        saved["sim"] = run_sim(graphs, 0 if args.quick else args.ilp_limit)
+        saved["sim_header"] = f"`{command_line()}` on {machine_line()}"
+        plot_sim(saved["sim"], os.path.join(RESULTS, "dtr.png"))
+    if args.part in ("live", "all"):
+        saved["live"] = run_live(1 if args.quick else args.repeats)
+        saved["live_header"] = f"`{command_line()}` on {machine_line()}"
+    save_json("dtr", saved)
+    parts = ["## dtr: Dynamic Tensor Rematerialization, simulated and live (issue 27)"]
+    if "sim" in saved:
+        parts += [saved["sim_header"] + ".",
+                  "Compute over checkpoint-all (every node once) at 0.5 of the checkpoint-all peak, per heuristic; "
+                  f"published (DTR paper, h_DTR_eq, their simulator): {PUBLISHED}. Plot: `results/dtr.png`.",
+                  render_sim(saved["sim"]), "![dtr](results/dtr.png)"]
+    if "live" in saved:
+        parts += [saved["live_header"] + ". One training step on CPU (one thread), budgets as fractions of the "
+                  "activation memory the runtime tracks for the step; the machine is shared and noisy, times are "
+                  "medians of alternating runs.", render_live(saved["live"])]
+    write_section("dtr", "\n\n".join(parts))
+
+
+if __name__ == "__main__":
+    main()
