@@ -711,10 +711,10 @@ def load_dtr_dag(path: str | os.PathLike, infer_backward: bool = True) -> Graph:
     ``cost_ram_parameters`` (bytes of parameters, taken as ``fixed_bytes``).
     The recordings do not say which operators belong to the backward pass.
     With ``infer_backward`` (the default) the split is guessed by
-    :func:`infer_loss_index`: nodes after the inferred loss are marked
+    ``infer_loss_index``: nodes after the inferred loss are marked
     backward, and ``meta`` records ``"loss"`` and ``"backward_inferred": True``.
     Without it, ``is_backward`` is all false. The format is checked by
-    :func:`dtr_dag_from_dict`.
+    ``dtr_dag_from_dict``.
 
     Raises
     ------
