@@ -56,6 +56,41 @@ class RematModel(keras.Model):
     predicted_peak_bytes = property(lambda self: int(self._remat["result"].peak_memory_bytes))
     run_info = property(lambda self: self._remat.get("info"), doc="RunInfo of the last traced step (or None).")
 
+    @classmethod
+    def from_extracted(cls, eg: ExtractedGraph, budget: Any = 1.0, method: str = "auto", hoist: bool = True,
+                       solver_options: dict | None = None) -> "RematModel":
+        """Solve for a plan on an already extracted graph (see :func:`rematerialize` for the arguments).
+
+        Extract once, then try several budgets or methods without tracing the model again.
+        """
+        if not isinstance(method, str):
+            raise TypeError(f"`method` must be a string; got {method!r}")
+        graph = eg.graph
+        budget_bytes = resolve_budget(graph, budget)
+        options = dict(solver_options or {})
+        if method == "auto" and "auto" not in available_methods():
+            method = "ilp"
+            options.setdefault("time_limit_s", AUTO_FALLBACK_TIME_LIMIT_S)
+        lower, culprit = min_budget_bytes(graph)
+        result = None
+        if budget_bytes >= lower:
+            result = solve(graph, budget_bytes, method=method, **options)
+            if result.schedule is not None:
+                plan = make_plan(graph, result.schedule, hoist=hoist)
+                log.info("plan for %s: %s, predicted peak %s of budget %s", eg.model.name, plan,
+                         format_bytes(result.peak_memory_bytes), format_bytes(budget_bytes))
+                return cls(eg, result, plan)
+            lower = max(lower, int(result.stats.get("min_budget_bytes", 0) or 0))
+        layer = culprit[len("grad/"):] if culprit.startswith("grad/") else culprit
+        status = result.status.value if result is not None else "infeasible"
+        detail = f" ({result.message})" if result is not None and result.message else ""
+        raise BudgetInfeasibleError(
+            f"method {method!r} found no plan for model {eg.model.name!r} within `budget` {format_bytes(budget_bytes)} "
+            f"({budget_fraction(graph, budget_bytes):.3f} of activation memory): {status}{detail}. The smallest "
+            f"feasible budget is at least {format_bytes(lower)} ({budget_fraction(graph, lower):.3f} of activation "
+            f"memory), set by layer {layer!r} (node {culprit!r})",
+            result, budget_bytes=budget_bytes, min_budget_bytes=lower, culprit=layer)
+
     def call(self, inputs, training=None):
         return self.inner(inputs, training=training)
 
@@ -188,31 +223,5 @@ def rematerialize(
     >>> len(rm.fit(x, y, epochs=2, verbose=0).history["loss"])
     2
     """
-    if not isinstance(method, str):
-        raise TypeError(f"`method` must be a string; got {method!r}")
     eg = extract_graph(model, example_inputs, example_targets, loss, cost_model=cost_model)
-    graph = eg.graph
-    budget_bytes = resolve_budget(graph, budget)
-    options = dict(solver_options or {})
-    if method == "auto" and "auto" not in available_methods():
-        method = "ilp"
-        options.setdefault("time_limit_s", AUTO_FALLBACK_TIME_LIMIT_S)
-    lower, culprit = min_budget_bytes(graph)
-    result = None
-    if budget_bytes >= lower:
-        result = solve(graph, budget_bytes, method=method, **options)
-        if result.schedule is not None:
-            plan = make_plan(graph, result.schedule, hoist=hoist)
-            log.info("plan for %s: %s, predicted peak %s of budget %s", model.name, plan,
-                     format_bytes(result.peak_memory_bytes), format_bytes(budget_bytes))
-            return RematModel(eg, result, plan)
-        lower = max(lower, int(result.stats.get("min_budget_bytes", 0) or 0))
-    layer = culprit[len("grad/"):] if culprit.startswith("grad/") else culprit
-    status = result.status.value if result is not None else "infeasible"
-    detail = f" ({result.message})" if result is not None and result.message else ""
-    raise BudgetInfeasibleError(
-        f"method {method!r} found no plan for model {model.name!r} within `budget` {format_bytes(budget_bytes)} "
-        f"({budget_fraction(graph, budget_bytes):.3f} of activation memory): {status}{detail}. The smallest "
-        f"feasible budget is at least {format_bytes(lower)} ({budget_fraction(graph, lower):.3f} of activation "
-        f"memory), set by layer {layer!r} (node {culprit!r})",
-        result, budget_bytes=budget_bytes, min_budget_bytes=lower, culprit=layer)
+    return RematModel.from_extracted(eg, budget=budget, method=method, hoist=hoist, solver_options=solver_options)

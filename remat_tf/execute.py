@@ -2,8 +2,9 @@
 
 :func:`run_plan` walks the plan's ``Compute``/``Free`` statements while a
 ``tf.function`` is being traced (or eagerly). Each ``Compute`` builds the ops
-of one node under ``tf.control_dependencies`` on the previous node's results,
-so the TensorFlow runtime runs the nodes in the plan's order; a tensor's
+of one node under ``tf.control_dependencies`` on the previous node's values,
+so the TensorFlow runtime runs the nodes in the plan's order (a node's weight
+gradient may overlap the next node, which plain TensorFlow does too); a tensor's
 buffer goes back to the allocator when its last reader has run, and the plan
 puts no reader after the point where it frees a value, so the memory follows
 the plan.
@@ -187,6 +188,7 @@ def run_plan(eg: ExtractedGraph, plan: ExecutionPlan, inputs: list, targets: lis
     loss_value = None
     y_pred = None
     prev: list = []
+    prev_fixed: list = []
     tf_graph = tf.compat.v1.get_default_graph() if record is not None else None
 
     def value_of(ref, dep_reg):
@@ -270,7 +272,10 @@ def run_plan(eg: ExtractedGraph, plan: ExecutionPlan, inputs: list, targets: lis
                     fixed_out = list(w_grads)
                 value = list(in_grads)
         info.compute_counts[k] += 1
-        prev = [t for t in value + fixed_out if t is not None]
+        # the next node waits for this node's values and the previous node's weight gradients, so that a
+        # weight gradient (a filter backprop) may overlap one node but not run late
+        prev = [t for t in value + prev_fixed if t is not None]
+        prev_fixed = fixed_out
         if record is not None:
             record(k, start, len(tf_graph.get_operations()), value, fixed_out)
     grads = [g if g is not None else tf.zeros_like(v) for g, v in zip(acc, eg.variables)]

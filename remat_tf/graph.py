@@ -59,6 +59,9 @@ log = logging.getLogger(__name__)
 COST_MODELS = ("flops", "profile", "unit")
 # op types whose outputs are weights, constants or model inputs: fixed memory, never residuals
 _FIXED_OPS = {"ReadVariableOp", "Const", "Placeholder", "VarHandleOp", "Identity"}
+# Scratch buffers TensorFlow's CPU kernels allocate beyond their outputs (measured with the BFC allocator's
+# statistics, TensorFlow 2.21): the convolution backprops take a working buffer of up to 32 MiB each.
+CPU_KERNEL_SCRATCH_BYTES = {"Conv2DBackpropInput": 32 << 20, "Conv2DBackpropFilter": 32 << 20}
 
 
 class UnsupportedModelError(RematError, NotImplementedError):
@@ -305,7 +308,8 @@ def _flat(x: Any, what: str) -> list:
 
 
 def extract_graph(model: Any, example_inputs: Any, example_targets: Any, loss: Any,
-                  cost_model: str = "flops", warmup: int = 2, repeats: int = 5) -> ExtractedGraph:
+                  cost_model: str = "flops", warmup: int = 2, repeats: int = 5,
+                  kernel_scratch: Any = "auto") -> ExtractedGraph:
     """The layer-level training graph of a Keras model (see the module docstring).
 
     Parameters
@@ -320,6 +324,10 @@ def extract_graph(model: Any, example_inputs: Any, example_targets: Any, loss: A
         FLOPs (multiply-accumulate = 1; backward = 2 x forward), measured
         wall-clock seconds (``warmup`` untimed then the median of ``repeats``
         timed runs per node), or 1 per node.
+    kernel_scratch : "auto" or dict
+        Scratch bytes per TensorFlow op type counted in the workspace of the
+        node running it; ``"auto"``: :data:`CPU_KERNEL_SCRATCH_BYTES` without
+        a GPU, none with one (cuDNN's workspaces are not modelled).
 
     Returns
     -------
@@ -364,7 +372,11 @@ def extract_graph(model: Any, example_inputs: Any, example_targets: Any, loss: A
         input_specs=[(tuple(x.shape), x.dtype) for x in xs], target_specs=[(tuple(y.shape), y.dtype) for y in ys],
         loss_spec=loss,
     )
-    sizes = _measure_sizes(eg, xs, ys)
+    if kernel_scratch == "auto":
+        import tensorflow as tf
+
+        kernel_scratch = {} if tf.config.list_logical_devices("GPU") else CPU_KERNEL_SCRATCH_BYTES
+    sizes = _measure_sizes(eg, xs, ys, dict(kernel_scratch or {}))
     if cost_model == "flops":
         cost = _flop_costs(eg, sizes)
     elif cost_model == "profile":
@@ -408,7 +420,7 @@ def loss_object(loss: Any) -> Any:
     return LossFunctionWrapper(fn, name=getattr(fn, "__name__", None))
 
 
-def _measure_sizes(eg: ExtractedGraph, xs: list, ys: list) -> dict[str, np.ndarray]:
+def _measure_sizes(eg: ExtractedGraph, xs: list, ys: list, scratch: dict) -> dict[str, np.ndarray]:
     """Trace the checkpoint-all program once (no compute) and size every node from its ops."""
     import tensorflow as tf
 
@@ -462,7 +474,7 @@ def _measure_sizes(eg: ExtractedGraph, xs: list, ys: list) -> dict[str, np.ndarr
                     residual[c] += _nbytes(t.shape, t.dtype)
     kept = {t for v in value_names.values() for t in v} | fixed_names | residual_names
     for k, (start, stop) in ranges.items():
-        created[k] = _transient_peak(ops[start:stop], kept)
+        created[k] = _transient_peak(ops[start:stop], kept, scratch)
     for c in range(eg.n_forward):
         memory[c] += residual[c]
         workspace[c] = created[c]
@@ -474,12 +486,14 @@ def _measure_sizes(eg: ExtractedGraph, xs: list, ys: list) -> dict[str, np.ndarr
     return {"memory": memory, "workspace": workspace, "residual": residual[:eg.n_forward]}
 
 
-def _transient_peak(ops: list, kept: set) -> int:
+def _transient_peak(ops: list, kept: set, scratch: dict) -> int:
     """Peak bytes of the temporaries among ``ops`` run in creation order.
 
     A tensor created by one of ``ops`` is live from its op until the last of
     ``ops`` that reads it; tensors named in ``kept`` (node values, residuals,
-    weight gradients: counted elsewhere) and fixed ones are left out.
+    weight gradients: counted elsewhere) and fixed ones are left out. An op
+    whose type is in ``scratch`` adds that many bytes until the end (the
+    runtime may run a node's kernels concurrently).
     """
     import tensorflow as tf
 
@@ -490,6 +504,7 @@ def _transient_peak(ops: list, kept: set) -> int:
     live: dict[str, int] = {}
     current = peak = 0
     for i, op in enumerate(ops):
+        current += scratch.get(op.type, 0)
         if op.type not in _FIXED_OPS:
             for t in op.outputs:
                 if t.name not in kept and t.dtype != tf.resource:

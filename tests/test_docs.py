@@ -15,11 +15,22 @@ def code_blocks(page):
 
 
 def test_tutorial_core_runs_and_comments_match_output():
+    run_page("tutorial_core.rst")
+
+
+def test_tutorial_keras_runs_and_comments_match_output():
+    import pytest
+
+    pytest.importorskip("tensorflow")
+    run_page("tutorial_keras.rst")
+
+
+def run_page(page):
     env: dict = {}
-    for block in code_blocks("tutorial_core.rst"):
+    for block in code_blocks(page):
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            exec(compile(block, "tutorial_core.rst", "exec"), env)
+            exec(compile(block, page, "exec"), env)
         expected = [c.strip() for line in block.splitlines() if line.strip().startswith("print(")
                     for c in re.findall(r"#\s*(.*)$", line)]
         printed = out.getvalue().split("\n")[: len(expected)]
