@@ -68,7 +68,7 @@ def plot_tradeoff_curves(
     Parameters
     ----------
     sweep_result : SweepResult
-        From :func:`remat_core.sweep.sweep` or :func:`remat_core.sweep.load_sweep`.
+        From :func:`remat_core.sweep` or ``remat_core.sweep.load_sweep``.
     path : str or path
         Output file; the format follows the extension (``.png``, ``.svg``, ``.pdf``).
     graph : str, optional
@@ -140,7 +140,7 @@ def plot_tradeoff_curves(
     if show_lower_bound:
         pts = sorted((r["budget_bytes"], 100.0 * (r["lower_bound"] / r["base_cost"] - 1)) for r in rows
                      if r["method"] == show_lower_bound and r.get("lower_bound") is not None and r.get("base_cost")
-                     and (r.get("objective") is None or r["lower_bound"] < r["objective"] * (1 - 1e-6)))
+                     and (r.get("objective") is None or r["lower_bound"] < r["objective"] * (1 - 1e-3)))
         if pts:
             ax.plot([p[0] / scale for p in pts], [p[1] for p in pts], ls="none", color="0.3", marker="_", ms=10,
                     label=f"{show_lower_bound} proven lower bound", zorder=20)
