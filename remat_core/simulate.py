@@ -1,6 +1,6 @@
 """The memory simulator: the single judge of cost and peak memory.
 
-It implements the accounting of ``DESIGN.md`` exactly (the U recurrence of
+It implements the accounting of ``docs/memory_model.rst`` exactly (the U recurrence of
 Checkmate): see :mod:`remat_core.kernels._reference` for the algorithm. Every
 solver's schedule goes through :func:`simulate` before it is returned.
 """

@@ -1,6 +1,6 @@
 """Keras / TensorFlow adapter: extract a layer-level training graph, profile it, execute plans.
 
-Three verbs (see ``DESIGN.md``):
+Three verbs (see ``docs/architecture.rst``):
 
 * :func:`extract_graph` turns a Keras 3 functional or ``Sequential`` model
   into a :class:`remat_core.Graph` (one forward and one backward node per

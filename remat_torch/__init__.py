@@ -1,6 +1,6 @@
 """PyTorch adapter: extract a training graph, profile it, execute plans.
 
-Three verbs (see ``DESIGN.md``):
+Three verbs (see ``docs/architecture.rst``):
 
 * :func:`extract_graph` turns an ``nn.Module`` and example inputs into a
   :class:`remat_core.Graph` (the AOTAutograd joint graph, grouped at
