@@ -286,7 +286,7 @@ class RematModule(torch.nn.Module):
 
     @property
     def num_plans(self) -> int:
-        return len(self._plans)
+        return sum(len(v) for v in self._plans.values())
 
     # ---------------------------------------------------------------- plans
     def _autocast_state(self, device_type: str):
@@ -362,6 +362,43 @@ class RematModule(torch.nn.Module):
         params = [p for _, p in self.module.named_parameters()]
         flat = _RematFunction.get().apply(self, spec, len(params), *params, *tensors)
         return _unflatten_outputs(eg, flat)
+
+    def replan(self, budget: Any = None, method: str | None = None, time_limit_s: Any = "same",
+               solver_options: dict | None = None) -> "RematModule":
+        """A new module for the same model with the current graph solved again (no re-tracing).
+
+        Parameters left out keep this module's settings. Useful to compare
+        budgets or methods on one traced graph.
+
+        Raises
+        ------
+        BudgetInfeasibleError
+            As :func:`rematerialize`.
+        """
+        cur = self._cur()
+        s = self._settings
+        settings = _Settings(**{**s.__dict__})
+        if budget is not None:
+            settings.budget = budget
+        if method is not None:
+            settings.method = method
+        if time_limit_s != "same":
+            settings.time_limit_s = time_limit_s
+        if solver_options is not None:
+            settings.solver_options = dict(solver_options)
+        eg = cur.eg
+        budget_bytes = _resolve_budget(eg.graph, settings.budget)
+        result = _solve(eg.graph, budget_bytes, settings)
+        if result.schedule is None:
+            raise _infeasible(eg, budget_bytes, result, settings)
+        spec = _Specialization(eg, result, make_plan(eg.graph, result.schedule, hoist=settings.hoist),
+                               settings.measure, attrs=cur.attrs)
+        rm = RematModule(self.module, settings, None, None, call_defaults=self._call_defaults)
+        key = next((k for k, lst in self._plans.items() if cur in lst), None)
+        rm._insert(key, spec)
+        object.__setattr__(rm, "_current", spec)
+        rm.solves = 1
+        return rm
 
     # ---------------------------------------------------------------- saving
     def save_plan(self, path) -> None:
@@ -450,20 +487,25 @@ def _load_plans(path) -> dict:
     return out
 
 
+def _accepts_time_limit(method: str) -> bool:
+    from remat_core.solvers import get_method
+
+    try:
+        return "time_limit_s" in inspect.signature(get_method(method)).parameters
+    except (UnknownMethodError, TypeError, ValueError):
+        return False
+
+
 def _solve(graph, budget_bytes: int, s: _Settings) -> RematResult:
-    """``solve`` with the settings' method; ``auto`` falls back to ilp / lp-rounding if not registered."""
+    """``solve`` with the settings' method and time limit (``auto`` falls back to ilp / lp-rounding by size
+    where it is not registered)."""
+    from remat_core import available_methods
+
     opts = dict(s.solver_options)
     method = s.method
-    if method == "auto":
-        if s.time_limit_s is not None:
-            opts.setdefault("time_limit_s", s.time_limit_s)
-        try:
-            return solve(graph, budget_bytes, method="auto", **opts)
-        except UnknownMethodError:
-            method = "ilp" if graph.n <= 150 else "lp-rounding"
-            if method == "lp-rounding":
-                opts.pop("time_limit_s", None)
-    elif method in ("ilp",) and s.time_limit_s is not None:
+    if method == "auto" and "auto" not in available_methods():
+        method = "ilp" if graph.n <= 150 else "lp-rounding"
+    if s.time_limit_s is not None and _accepts_time_limit(method):
         opts.setdefault("time_limit_s", s.time_limit_s)
     return solve(graph, budget_bytes, method=method, **opts)
 

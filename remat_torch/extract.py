@@ -908,6 +908,13 @@ def _internal_peak(nodes, outputs, value_keys, fixed_keys) -> int:
     return peak
 
 
+def _constant(value):
+    """A function returning ``value``: a constant tensor made during tracing, as a call in a node's graph."""
+    def remat_constant():
+        return value
+    return remat_constant
+
+
 def _build_group_module(joint, nodes, fixed_view, group_of, g, ph_index, out_lists, rank):
     """An fx.GraphModule computing one group; returns (gm, input sources, op names)."""
     import torch
@@ -934,10 +941,13 @@ def _build_group_module(joint, nodes, fixed_view, group_of, g, ph_index, out_lis
             inputs.append(("ph", ph_index[a]))
             env[a] = p
             return p
-        if a in fixed_view or a.op == "get_attr":
+        if a.op == "get_attr":  # a constant: a call that returns it (the executor runs calls only)
+            v = graph.call_function(_constant(getattr(joint, a.target)), ())
+            env[a] = v
+            return v
+        if a in fixed_view:
             v = graph.node_copy(a, load)
-            if a.op != "get_attr":
-                ops.append(str(a.target))
+            ops.append(str(a.target))
             env[a] = v
             return v
         src = group_of[a]
@@ -953,5 +963,5 @@ def _build_group_module(joint, nodes, fixed_view, group_of, g, ph_index, out_lis
         if n.target is not operator.getitem:
             ops.append(str(n.target))
     graph.output(tuple(env[n] for n in out_lists[g]))
-    gm = fx.GraphModule(joint, graph)  # the joint module owns the constants that get_attr nodes read
+    gm = fx.GraphModule(torch.nn.Module(), graph)
     return gm, inputs, tuple(ops)

@@ -1,0 +1,75 @@
+"""Tiny Hugging Face models with random weights, built from configs (nothing is downloaded).
+
+Sizes are chosen so that activations, not parameters, dominate a training
+step's memory (sequence 32, hidden 32), yet one step runs in milliseconds.
+"""
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+transformers.logging.set_verbosity_error()
+
+B, L, V, H = 4, 32, 64, 32
+
+
+def _ids(batch, seq, low=0):
+    return torch.randint(low, V, (batch, seq))
+
+
+def gpt2(batch=B):
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=H, n_head=2, vocab_size=V, n_positions=64,
+                                  bos_token_id=0, eos_token_id=0)
+    ids = _ids(batch, L)
+    return transformers.GPT2LMHeadModel(cfg), {"input_ids": ids, "labels": ids}
+
+
+def bert(batch=B):
+    cfg = transformers.BertConfig(num_hidden_layers=2, hidden_size=H, num_attention_heads=2, intermediate_size=64,
+                                  vocab_size=V, max_position_embeddings=64)
+    ids = _ids(batch, L)
+    mask = torch.ones(batch, L, dtype=torch.long)
+    return transformers.BertForMaskedLM(cfg), {"input_ids": ids, "attention_mask": mask, "labels": ids}
+
+
+def llama(batch=B):
+    cfg = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=H, num_attention_heads=2, num_key_value_heads=1,
+                                   intermediate_size=64, vocab_size=V, max_position_embeddings=64,
+                                   bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    ids = _ids(batch, L)
+    return transformers.LlamaForCausalLM(cfg), {"input_ids": ids, "labels": ids}
+
+
+def vit(batch=B):
+    cfg = transformers.ViTConfig(image_size=32, patch_size=4, num_channels=3, num_hidden_layers=2, hidden_size=H,
+                                 num_attention_heads=2, intermediate_size=64, num_labels=5)
+    return (transformers.ViTForImageClassification(cfg),
+            {"pixel_values": torch.randn(batch, 3, 32, 32), "labels": torch.randint(0, 5, (batch,))})
+
+
+def t5(batch=B):
+    cfg = transformers.T5Config(num_layers=2, num_decoder_layers=2, d_model=H, d_kv=16, num_heads=2, d_ff=64,
+                                vocab_size=V, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+    return (transformers.T5ForConditionalGeneration(cfg),
+            {"input_ids": _ids(batch, L, low=2), "labels": _ids(batch, L // 2, low=2)})
+
+
+def resnet(batch=B):
+    """A model with BatchNorm (running statistics are buffers updated by the forward)."""
+    cfg = transformers.ResNetConfig(num_channels=3, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
+                                    layer_type="basic", num_labels=3)
+    return (transformers.ResNetForImageClassification(cfg),
+            {"pixel_values": torch.randn(batch, 3, 32, 32), "labels": torch.randint(0, 3, (batch,))})
+
+
+MODELS = {"gpt2": gpt2, "bert": bert, "llama": llama, "vit": vit, "t5": t5}
+
+
+def make(name, batch=B, seed=0):
+    torch.manual_seed(seed)
+    model, batch_kw = (MODELS.get(name) or {"resnet": resnet}[name])(batch)
+    model.train()
+    return model, batch_kw
