@@ -19,9 +19,12 @@ than a 400-node chain.
   the large-graph path, no formulation at all (the baselines, ``dtr`` when it
   is registered, and ``segments`` when it is registered).
 
-Whatever the path, the applicable baselines run first (milliseconds to a
-few seconds) and the cheapest of them is the incumbent, so ``auto`` is never
-worse than the best baseline at the same budget. The result's lower bound is
+Whatever the path, the applicable baselines (``dtr`` included) run first
+(milliseconds to a few seconds) and the cheapest of them is the incumbent,
+so ``auto`` is never worse than the best baseline at the same budget. An
+incumbent that is not proven optimal is improved by
+:func:`~remat_core.solvers.segments.polish` (keep recomputed values where
+the memory profile leaves room, the simulator judging) while time is left. The result's lower bound is
 the best one computed: the MILP's or LP's where one ran, else the sum of the
 node costs (every node is computed at least once), which holds at every size.
 """
@@ -137,6 +140,27 @@ def _exact(method: str, graph: Graph, budget_bytes: int, options: dict[str, Any]
     return call_with_deadline(method, graph, budget_bytes, options, deadline - _RESERVE_S)
 
 
+def _polish(best: _Best, graph: Graph, budget_bytes: int, deadline: float | None, sim_s: float) -> None:
+    """Offer :func:`~remat_core.solvers.segments.polish` of the best schedule, if it is not proven and time allows."""
+    from . import verify_result
+    from .segments import polish
+
+    res = best.result
+    if res is None or res.status is SolveStatus.OPTIMAL:
+        return
+    if deadline is not None and deadline - time.perf_counter() < 8 * sim_s + 0.2:
+        return   # a round is a timeline simulation, the optimal R and another simulation
+    t0 = time.perf_counter()
+    sched = polish(graph, res.schedule, budget_bytes, deadline=deadline)
+    if sched is res.schedule:
+        return
+    out = RematResult(status=SolveStatus.FEASIBLE, schedule=sched, budget_bytes=budget_bytes,
+                      method=f"polish({best.method})", message=f"{best.method}'s schedule, polished: {res.message}")
+    verify_result(graph, out)
+    out.solve_time_s = time.perf_counter() - t0
+    best.offer(out.method, out)
+
+
 def solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None = 60.0,
                memory_limit_bytes: int | None = DEFAULT_MODEL_BYTES_LIMIT, threads: int | None = None,
                verbose: bool = False) -> RematResult:
@@ -216,7 +240,12 @@ def solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None = 60.
             best.offer(path, res)
         else:
             best.tried[path] = {"status": "stopped", "message": why}
+    # solve() re-simulates the result after this returns: keep that time back too
+    deadline = None if time_limit_s is None else start + float(time_limit_s) - _RESERVE_S - 2 * sim_s
+    if deadline is not None:
+        left = lambda: deadline - time.perf_counter()  # noqa: E731
     if path == "large":
+        _polish(best, graph, budget_bytes, deadline, sim_s)
         for name in LARGE_GRAPH_METHODS:
             remaining = left()
             if name not in _METHODS or (remaining is not None and remaining <= 0.1):
@@ -236,6 +265,7 @@ def solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None = 60.
             if res is not None:
                 best.offer(name, res)
 
+    _polish(best, graph, budget_bytes, deadline, sim_s)
     stats: dict[str, Any] = {"path": path, "tried": best.tried, "chosen": best.method,
                              "estimated_nonzeros": estimate_milp_size(graph).nonzeros}
     if best.result is None:
