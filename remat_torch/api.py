@@ -537,10 +537,39 @@ def _extract(model, args, kwargs, s: _Settings, granularity: str, blocks) -> Ext
                          autocast_dtype=s.autocast_dtype, workspace=s.workspace, example_kwargs=kwargs)
 
 
+def _check_input_dtypes(model, args, kwargs, s: _Settings) -> None:
+    """Refuse, before planning, a floating input of a dtype no parameter has that the model cannot run on.
+
+    Fake tensors do not check every kernel's dtype rules (``addmm`` of float16 by float32 traces), so such
+    a call would otherwise be planned and fail at its first step. Only in that suspicious case the
+    forward runs once, without grad, on cloned buffers.
+    """
+    from torch.func import functional_call
+
+    call, tensors = CallSpec.from_call(args, kwargs)
+    param_dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    odd = [(i, t.dtype) for i, t in enumerate(tensors) if t.is_floating_point() and t.dtype not in param_dtypes]
+    if not odd or not param_dtypes or s.autocast_dtype is not None:
+        return
+    state = {**{k: p for k, p in model.named_parameters()},
+             **{k: b.detach().clone() for k, b in model.named_buffers()}}
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            functional_call(model, state, args, kwargs)
+    except Exception as exc:
+        i, dt = odd[0]
+        raise RematError(
+            f"tensor input {i} is {dt} but the model's parameters are "
+            f"{', '.join(sorted(str(d) for d in param_dtypes))}, and the model does not run on it "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); cast the input, convert the "
+            "model (model.to(dtype)), or train under autocast (`autocast_dtype=`)") from exc
+
+
 def _build(model, args, kwargs, s: _Settings, loaded: dict) -> _Specialization:
     """Trace, then reuse a loaded schedule or solve one: a specialization for this call."""
     from remat_core.solvers.auto import choose_path
 
+    _check_input_dtypes(model, args, kwargs, s)
     t0 = time.perf_counter()
     gran = s.granularity
     blocks = s.blocks
