@@ -231,6 +231,7 @@ def solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None = 60.
     cost_floor = float(np.sum(graph.cost))   # every node is computed at least once
     best.lower_bound = cost_floor if best.lower_bound is None else max(best.lower_bound, cost_floor)
 
+    stopped = ""   # why the exact path gave no answer (its child was stopped at the limit)
     if path in ("ilp", "lp-rounding"):
         opts: dict[str, Any] = {"verbose": verbose}
         if path == "ilp":
@@ -240,6 +241,7 @@ def solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None = 60.
             best.offer(path, res)
         else:
             best.tried[path] = {"status": "stopped", "message": why}
+            stopped = why
     # solve() re-simulates the result after this returns: keep that time back too
     deadline = None if time_limit_s is None else start + float(time_limit_s) - _RESERVE_S - 2 * sim_s
     if deadline is not None:
@@ -271,6 +273,10 @@ def solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None = 60.
     if best.result is None:
         if best.min_budget is not None:
             stats["min_budget_bytes"] = best.min_budget
+        if stopped:   # not a proof: the exact method did not finish
+            return RematResult(status=SolveStatus.NO_SOLUTION, stats=stats,
+                               message=f"auto ({path} path): no heuristic schedule fits {budget_bytes} bytes "
+                                       f"and {stopped}")
         return RematResult(status=SolveStatus.INFEASIBLE, stats=stats,
                            message=f"auto ({path} path): no method found a schedule within {budget_bytes} bytes")
     res = best.result
