@@ -259,3 +259,44 @@ def _with_fallback(graph: Graph, budget_bytes: int, child: DeadlineChild | None,
     stats["fallback_method"] = fallback.method
     return RematResult(status=status, schedule=fallback.schedule, lower_bound=bound, stats=stats,
                        message=f"{stats['why']} after {elapsed:.2f} s; returning {fallback.method}'s schedule")
+
+
+def not_worse_than_heuristics(graph: Graph, budget_bytes: int, result: RematResult,
+                              deadline: float | None = None) -> RematResult:
+    """``result``, or the cheapest :data:`FALLBACK_METHODS` schedule where that is cheaper (or ``result`` has none).
+
+    The heuristic schedule keeps ``result``'s lower bound (a bound holds for
+    every schedule) and its message says so. Heuristics are not started past
+    ``deadline`` (a :func:`time.perf_counter` time).
+    """
+    from ..errors import GraphValidationError
+    from ..schedule import SolveStatus
+    from . import _METHODS, solve
+
+    best: RematResult | None = None
+    for name in FALLBACK_METHODS:
+        if name not in _METHODS or (deadline is not None and time.perf_counter() >= deadline):
+            continue
+        try:
+            res = solve(graph, budget_bytes, method=name)
+        except GraphValidationError:
+            continue
+        except Exception as exc:   # an optional heuristic's failure must not cost the result
+            log.debug("heuristic %s failed: %s", name, exc)
+            continue
+        if res.success and (best is None or res.objective < best.objective):
+            best = res
+    if best is None:
+        return result
+    if result.schedule is not None:
+        from ..simulate import simulate
+
+        if simulate(graph, result.schedule, timeline=False).total_cost <= best.objective:
+            return result
+    bound = result.lower_bound
+    if bound is not None and bound > best.objective:   # pragma: no cover - a valid bound never exceeds a cost
+        bound = best.objective
+    status = SolveStatus.OPTIMAL if bound is not None and best.objective <= bound * (1 + 1e-9) else SolveStatus.FEASIBLE
+    stats = dict(result.stats, heuristic_method=best.method, own_status=result.status.value)
+    return RematResult(status=status, schedule=best.schedule, lower_bound=bound, backend=result.backend, stats=stats,
+                       message=f"{best.method}'s schedule is cheaper than this method's ({result.message})")

@@ -350,7 +350,7 @@ def solve_lp_rounding(
             raise ValueError(f"`allowances` must be a non-empty sequence of numbers in [0, 1); got {allowances!r}")
         auto = False
     validate_time_limit(time_limit_s)
-    from ._deadline import guard
+    from ._deadline import guard, not_worse_than_heuristics
 
     # a program over the memory limit is not built; with a time limit, a large one is solved in a child killed
     # at the limit (the LP and the rounding loops cannot be interrupted here): see _deadline
@@ -363,6 +363,7 @@ def solve_lp_rounding(
     unit = _relaxation[0].memory_unit if _relaxation is not None else None
     like = _relaxation[0] if _relaxation is not None and _relaxation[0].formulation == formulation else None
     start = time.perf_counter()
+    deadline = None if time_limit_s is None else start + float(time_limit_s)
     base_cost = float(graph.cost.sum())
     stats: dict[str, Any] = {"backend": backend, "formulation": formulation, "rounding": rounding}
 
@@ -474,8 +475,9 @@ def solve_lp_rounding(
         message = "no rounding fits the budget at any allowance tried"
         if stats.get("stopped") == "time limit":
             message = f"the time limit ({time_limit_s:g} s) ran out before a rounding fit the budget"
-        return RematResult(status=SolveStatus.NO_SOLUTION, lower_bound=lower_bound, backend=backend, stats=stats,
-                           message=message)
+        return not_worse_than_heuristics(graph, budget_bytes, RematResult(
+            status=SolveStatus.NO_SOLUTION, lower_bound=lower_bound, backend=backend, stats=stats, message=message),
+            deadline if auto else time.perf_counter())
     cost, label, allowance, S_best = best
     stats.update(allowance=allowance, candidate=label, rounded_cost=rounded[0])
     R, S = canonical_schedule(graph, S_best)
@@ -483,5 +485,8 @@ def solve_lp_rounding(
     cost = simulate(graph, schedule, timeline=False).total_cost
     lb = None if lower_bound is None else min(lower_bound, cost)
     status = SolveStatus.OPTIMAL if lb is not None and cost <= lb * (1 + 1e-9) + 1e-12 else SolveStatus.FEASIBLE
-    return RematResult(status=status, schedule=schedule, lower_bound=lb, backend=backend, stats=stats,
-                       message=f"rounded at allowance {stats['allowance']:g} ({stats['candidate']})")
+    # never worse than a heuristic at the same budget (the rounding can be: SegNet at 0.5, 1.286x the optimum)
+    return not_worse_than_heuristics(graph, budget_bytes, RematResult(
+        status=status, schedule=schedule, lower_bound=lb, backend=backend, stats=stats,
+        message=f"rounded at allowance {stats['allowance']:g} ({stats['candidate']})"),
+        deadline if auto else time.perf_counter())   # explicit allowances: the rounding itself, as asked
