@@ -85,6 +85,7 @@ class AttributeSnapshot:
         import torch
 
         items = []
+        seen: set = set()  # an attribute object shared by many modules (a config) is read once
         for _, mod in model.named_modules():
             items.append((mod, None))
             for k, v in vars(mod).items():
@@ -93,7 +94,8 @@ class AttributeSnapshot:
                 if _plain(v):
                     items.append((mod, k))
                 elif (hasattr(v, "__dict__") and not isinstance(v, (torch.nn.Module, torch.Tensor, type))
-                      and not callable(v)):
+                      and not callable(v) and id(v) not in seen):
+                    seen.add(id(v))
                     items.append((v, "__dict__"))
         self._items = items
         self.value = self.take()
