@@ -170,7 +170,8 @@ def _warm_start(graph: Graph, budget_bytes: int, include_lp_rounding: bool,
     return best
 
 
-def _root_lp_bound(graph: Graph, budget_bytes: int, backend: str, time_limit_s: float | None = None
+def _root_lp_bound(graph: Graph, budget_bytes: int, backend: str, time_limit_s: float | None = None,
+                   verbose: bool = False
                    ) -> tuple[float | None, tuple | None]:
     """The optimum of the strong formulation's LP relaxation (a lower bound on every schedule's cost).
 
@@ -183,7 +184,7 @@ def _root_lp_bound(graph: Graph, budget_bytes: int, backend: str, time_limit_s: 
     from .backends import lp_sequence
 
     sf = build_milp(graph, budget_bytes, "strong")
-    lps = lp_sequence(backend)
+    lps = lp_sequence(backend, verbose=verbose)
     out = lps.solve(sf.c, sf.A, sf.row_lo, sf.row_hi, sf.col_lo, sf.col_hi, time_limit_s=time_limit_s)
     if out.status is not SolveStatus.OPTIMAL or out.objective is None:
         return None, None
@@ -585,7 +586,7 @@ def solve_ilp(
         found = _warm_start(graph, budget_bytes, include_lp_rounding=False, lp_rounding_time_limit_s=None)
         if graph.n <= _ROOT_LP_MAX_NODES:
             left = None if time_limit_s is None else max(float(time_limit_s) - (time.perf_counter() - start), 0.05)
-            root, relaxation = _root_lp_bound(graph, budget_bytes, backend, time_limit_s=left)
+            root, relaxation = _root_lp_bound(graph, budget_bytes, backend, time_limit_s=left, verbose=verbose)
             if root is not None:
                 lp_bound = _proven_bound(graph, root)
         # with the root rounds, the rounded root point and RENS to come (HiGHS, strong formulation, small

@@ -53,14 +53,15 @@ _LP_PRESOLVE = "off"
 _banner_printed = False
 
 
-def new_highs():
+def new_highs(verbose: bool = False):
     """A ``highspy.Highs()``. HiGHS prints its banner on standard output when the first one is made, before
-    any option can stop it; that one is made with the descriptor pointed at the null device (library code
-    prints nothing: ``--json`` output stays JSON)."""
+    any option can stop it; unless ``verbose`` or remat's logger is enabled for INFO (``remat -v``), that one
+    is made with the descriptor pointed at the null device (library code prints nothing by itself)."""
     import highspy
 
     global _banner_printed
-    if _banner_printed:
+    if _banner_printed or verbose or logging.getLogger("remat_core").isEnabledFor(logging.INFO):
+        _banner_printed = True
         return highspy.Highs()
     from ..._native_io import native_output_silenced
 
@@ -227,7 +228,7 @@ def _solve_once(c, A, row_lo, row_hi, col_lo, col_hi, integrality, *, time_limit
     """One HiGHS run of :func:`solve` (its result as HiGHS reports it)."""
     import highspy
 
-    h = new_highs()
+    h = new_highs(verbose)
     _configure(h, time_limit_s, mip_rel_gap, threads, verbose, options)
     _pass_model(h, c, A.tocsc(), row_lo, row_hi, col_lo, col_hi, integrality)
     is_mip = bool(np.any(integrality))
@@ -278,7 +279,7 @@ class LPSequence:
     def _cold(self, key, c, csc, row_lo, row_hi, col_lo, col_hi, time_limit_s) -> BackendResult:
         import highspy
 
-        self._h, self._key = new_highs(), key
+        self._h, self._key = new_highs(self.verbose), key
         _configure(self._h, time_limit_s, None, self.threads, self.verbose, None)
         self._h.setOptionValue("presolve", _LP_PRESOLVE)
         _pass_model(self._h, c, csc, row_lo, row_hi, col_lo, col_hi, np.zeros(len(c), np.int32))
