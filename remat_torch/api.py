@@ -528,7 +528,8 @@ def _infeasible(eg: ExtractedGraph, budget_bytes: int, result: RematResult, s: _
         f"({budget_fraction(g, budget_bytes):.3f} of activation memory; {result.status.value}): "
         f"{how} {format_bytes(need)} ({need} bytes, {frac:.3f} of activation memory), set by node {node!r} "
         f"of module {scope or '<root>'!r} (its inputs, output and workspace must be resident at once). "
-        f"Fixed memory (parameters, gradients, inputs) is {format_bytes(g.fixed_bytes)}; give a larger `budget`",
+        f"Fixed memory (parameters, buffers, inputs, outputs) is {format_bytes(g.fixed_bytes)}; give a larger "
+        "`budget`",
         result, budget_bytes=budget_bytes, min_budget_bytes=need, culprit=scope or node)
 
 
@@ -565,8 +566,12 @@ def _check_input_dtypes(model, args, kwargs, s: _Settings) -> None:
             "model (model.to(dtype)), or train under autocast (`autocast_dtype=`)") from exc
 
 
-def _build(model, args, kwargs, s: _Settings, loaded: dict) -> _Specialization:
-    """Trace, then reuse a loaded schedule or solve one: a specialization for this call."""
+def _build(model, args, kwargs, s: _Settings, loaded: dict, require_loaded: bool = False) -> _Specialization:
+    """Trace, then reuse a loaded schedule or solve one: a specialization for this call.
+
+    With ``require_loaded`` (the call given to ``rematerialize(..., plan=)``) a call no saved plan fits is
+    an error; later calls (a smaller last batch) are solved.
+    """
     from remat_core.solvers.auto import choose_path
 
     _check_input_dtypes(model, args, kwargs, s)
@@ -588,14 +593,14 @@ def _build(model, args, kwargs, s: _Settings, loaded: dict) -> _Specialization:
         eg = _extract(model, args, kwargs, s, gran, blocks)
     t1 = time.perf_counter()
     fp = graph_fingerprint(eg)
-    if loaded:
-        entry = loaded.get(fp)
-        if entry is None:
-            known = "; ".join(sorted({e.get("description", "?") for e in loaded.values()}))
-            raise RematError(
-                f"`plan`: the saved plans were made for another model, shape or dtype ({known}); this call is "
-                f"{_describe(eg)} (graph fingerprint {fp[:12]}). Solve a new plan (omit `plan=`) or save one "
-                "for these inputs")
+    entry = loaded.get(fp) if loaded else None
+    if loaded and entry is None and require_loaded:
+        known = "; ".join(sorted({e.get("description", "?") for e in loaded.values()}))
+        raise RematError(
+            f"`plan`: the saved plans were made for another model, shape or dtype ({known}); this call is "
+            f"{_describe(eg)} (graph fingerprint {fp[:12]}). Solve a new plan (omit `plan=`) or save one "
+            "for these inputs")
+    if entry is not None:
         schedule = Schedule.from_dict(entry["schedule"])
         sim = simulate(eg.graph, schedule)
         budget_bytes = int(entry["budget_bytes"])
@@ -608,7 +613,9 @@ def _build(model, args, kwargs, s: _Settings, loaded: dict) -> _Specialization:
                              method="loaded", stats={"saved_method": entry.get("method")})
         hoist = bool(entry.get("hoist", s.hoist))
     else:
-        budget_bytes = _resolve_budget(eg.graph, s.budget)
+        if loaded:
+            log.info("no saved plan fits %s: solving one", _describe(eg))
+        budget_bytes = _resolve_budget(eg.graph, 1.0 if s.budget is None else s.budget)
         result = _solve(eg.graph, budget_bytes, s)
         if result.schedule is None:
             raise _infeasible(eg, budget_bytes, result, s)
@@ -622,7 +629,7 @@ def _build(model, args, kwargs, s: _Settings, loaded: dict) -> _Specialization:
 def rematerialize(
     model,
     example_inputs=(),
-    budget: Any = 1.0,
+    budget: Any = None,
     method: str = "auto",
     granularity: str = "auto",
     blocks: Sequence[Any] | None = None,
@@ -648,8 +655,8 @@ def rematerialize(
         Positional arguments of a typical call (the first plan is made for
         them; other shapes get their own plans on first sight). Tuples, lists
         and dicts of tensors and plain values are accepted.
-    budget : int, str or float
-        Total device bytes (fixed bytes included) as an ``int`` or a size
+    budget : int, str or float, optional
+        Default: 1.0, or with ``plan`` the saved plan's budget. Total device bytes (fixed bytes included) as an ``int`` or a size
         string (``"8GiB"``, ``"800MB"``); or a fraction in ``[0, 1]`` of
         *activation* memory (``fixed + f * (checkpoint-all peak - fixed)``,
         PyTorch's ``activation_memory_budget``). A fraction is resolved per
@@ -733,7 +740,9 @@ def rematerialize(
     if solver_options is not None and not isinstance(solver_options, dict):
         raise TypeError(f"`solver_options` must be a dict; got {type(solver_options).__name__}")
     loaded = _load_plans(plan) if plan is not None else {}
-    if not loaded:  # check the budget's form before tracing
+    if budget is None and not loaded:
+        budget = 1.0
+    if budget is not None:  # check the budget's form before tracing
         from remat_core.units import _as_fraction, parse_bytes
 
         f = _as_fraction(budget)
@@ -751,7 +760,10 @@ def rematerialize(
     kwargs = dict(example_kwargs or {})
     for k, v in defaults.items():
         kwargs.setdefault(k, v)
-    first = _build(model, args, kwargs, settings, loaded)
+    first = _build(model, args, kwargs, settings, loaded, require_loaded=bool(loaded))
+    if settings.budget is None:  # later plans get the loaded plan's fraction of activation memory
+        settings.budget = (min(1.0, max(0.0, budget_fraction(first.eg.graph, first.result.budget_bytes)))
+                           if loaded else 1.0)
     rm = RematModule(model, settings, None, loaded, call_defaults=defaults)
     call, tensors = CallSpec.from_call(args, kwargs)
     attrs = rm._attr_snapshot.take()

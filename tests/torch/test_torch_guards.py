@@ -212,3 +212,23 @@ def test_torch_version_check():
     for bad in ("2.12.1", "2.14.0", "3.0.0", "nightly"):
         with pytest.raises(ImportError, match="remat_torch needs torch>=2.13,<2.14"):
             check(bad)
+
+
+def test_a_loaded_plan_is_used_and_other_shapes_are_solved(tmp_path):
+    torch.manual_seed(0)
+    model, x = Branchy(), torch.randn(64, 8)
+    ref = copy.deepcopy(model)
+    rm = rematerialize(model, x, budget=0.85, method="ilp", granularity="op", cost_model="unit", time_limit_s=5)
+    path = tmp_path / "branchy.plan.json"
+    rm.save_plan(path)
+    loaded = rematerialize(model, x, plan=path, cost_model="unit")
+    assert loaded.result.method == "loaded" and loaded.solves == 0
+    assert loaded.result.schedule == rm.result.schedule and loaded.result.budget_bytes == rm.result.budget_bytes
+    torch.testing.assert_close(_step(loaded, x), _step(ref, x))
+    small = torch.randn(48, 8)  # no saved plan fits: solved, at the saved plan's fraction of activation memory
+    torch.testing.assert_close(_step(loaded, small), _step(ref, small))
+    assert loaded.solves == 1
+    assert remat_core.units.budget_fraction(loaded.extracted.graph, loaded.result.budget_bytes) == pytest.approx(
+        0.85, abs=0.01)
+    with pytest.raises(remat_core.RematError, match="another model, shape or dtype"):
+        rematerialize(model, torch.randn(3, 8), plan=path, cost_model="unit")  # the first call must fit
