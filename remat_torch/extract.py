@@ -122,6 +122,14 @@ class ExtractedGraph:
     grad_slots : list of int or None
         For each primal (parameters, buffers, inputs), the joint output index
         of its gradient, or ``None``.
+    call : CallSpec
+        How the tensor inputs sit in the call's ``(args, kwargs)``.
+    out_template : list of tuple
+        One per leaf of the model output: ``("t", k)`` for the ``k``-th
+        tensor output, ``("c", value)`` for a constant passed through.
+    value_reads : remat_torch.guards.ValueReads or None
+        Values the trace read from tensors and the program that recomputes
+        them on a call (the plan holds only while they are the same).
     """
 
     graph: Graph
@@ -514,9 +522,9 @@ def extract_graph(
     model : torch.nn.Module
         Traced in its current mode (``train()`` for training). Not modified:
         buffers are cloned and the random number generator state is restored.
-    example_inputs : torch.Tensor or tuple of torch.Tensor
+    example_inputs : torch.Tensor or tuple
         Positional inputs; the graph is specialized to their shapes, dtypes
-        and ``requires_grad`` flags.
+        and ``requires_grad`` flags (and to the values of non-tensor leaves).
     granularity : {"op", "module", "block"}
         One node per aten op, per run of ops of the same innermost module,
         or per run of ops inside the same module of ``blocks``.
@@ -539,6 +547,10 @@ def extract_graph(
         ``convolution_backward``'s on CPU). Default: ``"measure"`` with
         ``cost_model="profile"`` (the nodes run on the device anyway),
         ``"estimate"`` otherwise.
+    example_kwargs : dict, optional
+        Keyword arguments of the call. Positional and keyword inputs may be
+        tuples, lists and dicts of tensors and plain values: tensors become
+        graph inputs, the other leaves constants the graph is specialized on.
     **profile_options
         Passed to :func:`remat_torch.profile.node_costs` (``warmup``, ``repeats``).
 
@@ -549,9 +561,10 @@ def extract_graph(
     Raises
     ------
     UnsupportedModelError
-        Data-dependent control flow, in-place updates of parameters or inputs,
-        outputs aliasing inputs, or other constructs the adapter cannot run;
-        the message names it.
+        Data-dependent control flow that cannot be specialized safely (see
+        :mod:`remat_torch.guards`), in-place updates of parameters or inputs,
+        or other constructs the adapter cannot run; the message names the
+        construct, the module path and the source line.
     TypeError, ValueError
         On bad arguments (the message names the argument).
 
@@ -649,6 +662,10 @@ def extract_graph(
     for shape, stride, dtype in tangent_meta:  # output tangents arrive with backward
         numel = 1 + sum((d - 1) * st for d, st in zip(shape, stride)) if all(shape) else 0
         fixed += numel * torch.empty((), dtype=dtype).element_size()
+    n_random = sum(1 for g in groups if g.random)
+    if n_random and (inputs[0].device.type if inputs else "cpu") == "cpu":
+        # the executor keeps the CPU generator's state of each recomputed random node, plus one while replaying
+        fixed += (n_random + 1) * int(torch.get_rng_state().nbytes)
     n_forward = sum(1 for g in groups if not g.is_backward)
     nodes_deps = [sorted({src[1] for src in g.inputs if src[0] == "node"}) for g in groups]
     # remap ("node", group_index, out) to ("node", dep_position, out)
