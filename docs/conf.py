@@ -54,5 +54,7 @@ nitpick_ignore = [
     ("py:func", "graph_key"), ("py:func", "budget_grid"), ("py:attr", "budget_bytes"),
     ("py:attr", "budget_rows"), ("py:attr", "RematResult.schedule"), ("py:func", "start_child"),
     ("py:meth", "Graph.save"), ("py:class", "Module"), ("py:class", "RematError"),
+    ("py:data", "CPU_KERNEL_SCRATCH_BYTES"), ("py:data", "AUTO_FALLBACK_TIME_LIMIT_S"),
+    ("py:func", "time.perf_counter"),  # the standard library (no intersphinx: the build needs no network)
 ]
 suppress_warnings = ["autosummary.import_cycle"]
