@@ -55,6 +55,9 @@ nitpick_ignore = [
     ("py:attr", "budget_rows"), ("py:attr", "RematResult.schedule"), ("py:func", "start_child"),
     ("py:meth", "Graph.save"), ("py:class", "Module"), ("py:class", "RematError"),
     ("py:data", "CPU_KERNEL_SCRATCH_BYTES"), ("py:data", "AUTO_FALLBACK_TIME_LIMIT_S"),
+    ("py:func", "activation_peak_bytes"),
+    # remat_torch.dtr is the live-DTR function (documented); it hides the module of the same name
+    ("py:mod", "remat_torch.dtr"),
     ("py:func", "time.perf_counter"),  # the standard library (no intersphinx: the build needs no network)
 ]
 suppress_warnings = ["autosummary.import_cycle"]
