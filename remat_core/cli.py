@@ -802,6 +802,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--num", type=int, default=6, help="budgets in the sweep (default 6)")
     d.add_argument("--time-limit", type=float, default=5.0, help="time_limit_s of each solve (default 5)")
     d.add_argument("--workers", type=int, default=None, help="parallel workers of the sweep (default: CPU count)")
+    d.add_argument("--threads", type=int, default=1, help="torch threads for training (default 1: steady timings "
+                   "on a shared machine)")
     d.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     d.set_defaults(fn=_cmd_demo)
     return p
@@ -825,7 +827,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.verbose = args.verbose + args.verbose_top
-    for name in ("batch_size", "workers", "num", "max_batch", "steps"):
+    for name in ("batch_size", "workers", "num", "max_batch", "steps", "threads"):
         v = getattr(args, name, None)
         if v is not None and v < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1; got {v}")

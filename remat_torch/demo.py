@@ -185,6 +185,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from remat_core.plot import plot_memory_timeline, plot_schedule_matrices, plot_tradeoff_curves
     from remat_core.sweep import sweep
     warnings.filterwarnings("ignore", category=UserWarning)
+    torch.set_num_threads(args.threads)
     fraction = args.fraction
     out = args.out
     method = "auto" if "auto" in available_methods() else "ilp"
