@@ -127,7 +127,7 @@ def render(rows: list[dict], meta: dict) -> str:
         for lim in limits:
             a = d.get(("auto", lim), {})
             ratio = a["cost"] / a["bound"] if a.get("cost") and a.get("bound") else None
-            row += [c(ratio) if ratio else a.get("status", "-"), f"{a.get('path')} ({a.get('chosen')})",
+            row += [c(ratio) if ratio else a.get("status", "-"), f"{a.get('path')} ({a.get('chosen') or '-'})",
                     f"{a.get('wall_s', 0):.1f}", f"{a.get('peak_rss_mib', 0):.0f}"]
         b, t = d.get(("baselines", 0), {}), d.get(("dtr", 0), {})
         row += [f"{c(b.get('cost'))} ({b.get('chosen')})" if b.get("cost") else b.get("status", "-"),
@@ -135,7 +135,8 @@ def render(rows: list[dict], meta: dict) -> str:
         out.append(row)
     text = [f"## scale: auto on large graphs (issue 26)", "",
             f"Measured on {meta['machine']}; `{meta['command']}`; {meta['scope']}. The machine was shared with other "
-            "engineers' jobs during the run (load average above 2 on 2 cores), so wall times are upper bounds.",
+            "engineers' jobs during the run (load average 8 to 11 on 2 cores), so wall times are upper bounds "
+            "and a solve given more of the machine may find more within the same limit.",
             "",
             "Costs are over the sum of the node costs (every node computed once, the lower bound `auto` reports "
             "on the large path; on the `ilp` and `lp-rounding` paths the bound is the MILP's or LP's). *wall s*: "
@@ -165,9 +166,12 @@ def plot(rows: list[dict], path: str) -> None:
             label = f"auto {r['limit']:g} s" if r["method"] == "auto" else r["method"]
             if r.get("cost"):
                 series.setdefault(label, []).append((r["fraction"], r["cost"]))
-        for label, pts in sorted(series.items()):
-            pts.sort()
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        style = {"baselines": dict(marker="s", ls=":", color="tab:orange"), "dtr": dict(marker="x", ls="--", color="tab:green")}
+        # auto last, with open circles, so that it shows where it equals dtr
+        for label in sorted(series, key=lambda x: (x.startswith("auto"), x)):
+            pts = sorted(series[label])
+            st = style.get(label, dict(marker="o", ls="-", mfc="none", ms=9, color="tab:blue"))
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label, **st)
         ax.set_title(f"{gname} ({rs[0].get('n', '')} nodes)", fontsize=9)
         ax.set_xlabel("budget (fraction of activation memory)", fontsize=7)
         ax.set_ylabel("cost / sum of node costs", fontsize=7)
