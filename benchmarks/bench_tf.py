@@ -117,7 +117,16 @@ def _measure(fn, x, y, device):
     return tf.config.experimental.get_memory_info(device)["peak"] - before
 
 
-def memory(cfg, batch, methods, time_limit_s):
+def _step_ms(fn, x, y, repeats):
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn(x, y)[0].numpy()
+        samples.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(samples)
+
+
+def memory(cfg, batch, methods, time_limit_s, repeats=5):
     import keras
     import tensorflow as tf
 
@@ -139,7 +148,8 @@ def memory(cfg, batch, methods, time_limit_s):
             value = loss(y, plain(x, training=True))
         return value, tape.gradient(value, plain.trainable_variables)
 
-    rows.append({"plan": "plain GradientTape step", "measured": _measure(plain_step, x, y, device)})
+    rows.append({"plan": "plain GradientTape step", "measured": _measure(plain_step, x, y, device),
+                 "step_ms": _step_ms(plain_step, x, y, repeats)})
     for method, budget in methods:
         try:
             rm = remat_tf.rematerialize(build(cfg), x, y, loss=loss, budget=budget, method=method,
@@ -156,7 +166,8 @@ def memory(cfg, batch, methods, time_limit_s):
             "plan": f"{method} @{budget}", "budget_fraction": budget_fraction(g, rm.budget_bytes),
             "predicted": rm.predicted_peak_bytes - resident, "measured": measured,
             "recomputed": int(counts.sum() - g.n), "reruns": rm.run_info.forward_reruns,
-            "cost": float(rm.result.objective), "min_fraction": budget_fraction(g, min_budget_bytes(g)[0]),
+            "cost": float(rm.result.objective), "executed_cost": rm.run_info.executed_cost(g),
+            "step_ms": _step_ms(rm.compute_gradients, x, y, repeats), "min_fraction": budget_fraction(g, min_budget_bytes(g)[0]),
         })
     return device, rows
 
@@ -170,7 +181,8 @@ def main() -> None:
     batch = 8 if args.quick else 128
     over = overhead(cfg, batch, steps=4 if args.quick else 6, rounds=2 if args.quick else 6)
     methods = [("checkpoint-all", 1.0), ("ilp", 0.5), ("lp-rounding", 0.5), ("auto", 0.5)]
-    device, rows = memory(cfg, batch, methods if not args.quick else methods[:2], 10 if args.quick else 60)
+    device, rows = memory(cfg, batch, methods if not args.quick else methods[:2], 10 if args.quick else 60,
+                          repeats=2 if args.quick else 5)
     mib = 2.0 ** 20
     text = [
         f"Command: `{_report.command_line()}`  ",
@@ -194,19 +206,23 @@ def main() -> None:
         "Measured: TensorFlow allocator peak during one `compute_gradients` step minus the bytes in use before "
         f"it ({'GPU allocator' if device.startswith('GPU') else 'CPU BFC allocator, TF_CPU_ALLOCATOR_USE_BFC=true'}"
         "). Predicted: the simulator's peak minus weights and batch. `recomputed`: extra node computations in "
-        "the plan; `reruns`: backward nodes that re-ran their layer's forward (see remat_tf.execute).",
+        "the plan; `reruns`: backward nodes that re-ran their layer's forward because the plan recomputed an "
+        "input of a layer whose output it kept (see remat_tf.execute); the executed cost counts them, the plan's "
+        f"cost does not. Step: median of {5 if not args.quick else 2} `compute_gradients` calls.",
         "",
         _report.table(
             ["plan", "budget (fraction of activations)", "predicted MiB", "measured MiB", "measured / predicted",
-             "recomputed", "reruns", "cost (FLOPs)"],
+             "recomputed", "reruns", "plan cost (GFLOP)", "executed cost (GFLOP)", "step ms"],
             [[r["plan"], f"{r['budget_fraction']:.3f}" if "budget_fraction" in r else "",
               f"{r['predicted'] / mib:.2f}" if "predicted" in r else "",
               f"{r['measured'] / mib:.2f}" if "measured" in r else r.get("error", "")[:160],
               f"{r['measured'] / r['predicted']:.3f}" if "predicted" in r else "",
-              r.get("recomputed", ""), r.get("reruns", ""), f"{r['cost']:.3g}" if "cost" in r else ""]
+              r.get("recomputed", ""), r.get("reruns", ""), f"{r['cost'] / 1e9:.3f}" if "cost" in r else "",
+              f"{r['executed_cost'] / 1e9:.3f}" if "cost" in r else "",
+              f"{r['step_ms']:.0f}" if "step_ms" in r else ""]
              for r in rows]),
     ]
-    if rows and "min_fraction" in rows[1]:
+    if len(rows) > 1 and "min_fraction" in rows[1]:
         text += ["", f"Smallest feasible budget (lower bound): {rows[1]['min_fraction']:.3f} of activation memory."]
     markdown = "\n".join(text)
     _report.save_json("tf" + ("_quick" if args.quick else ""), {"overhead": over, "device": device, "memory": rows})

@@ -47,6 +47,12 @@ class RunInfo:
 
     compute_counts: list = field(default_factory=list)
     forward_reruns: int = 0
+    rerun_calls: list = field(default_factory=list)
+
+    def executed_cost(self, graph) -> float:
+        """Cost of the nodes the step ran, the layers re-run by backward nodes included."""
+        return float(sum(graph.cost[k] * n for k, n in enumerate(self.compute_counts))
+                     + sum(graph.cost[c] for c in self.rerun_calls))
 
 
 @dataclass
@@ -254,6 +260,7 @@ def run_plan(eg: ExtractedGraph, plan: ExecutionPlan, inputs: list, targets: lis
                     outs, tape, _ = _forward(eg, c, xs, pre_state[c])
                     fv = _FwdValue(outs, tape, xs, source)
                     info.forward_reruns += 1
+                    info.rerun_calls.append(c)
                 dys, extra = [], []
                 for o in range(call.n_outputs):
                     parts = [regs[dep_reg[eg.backward_index[u]]].get((c, o)) for u in call.users]

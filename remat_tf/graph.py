@@ -343,7 +343,7 @@ def extract_graph(model: Any, example_inputs: Any, example_targets: Any, loss: A
 
     Examples
     --------
-    >>> import keras
+    >>> import keras, numpy as np
     >>> from remat_tf import extract_graph
     >>> net = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, name="a"), keras.layers.Dense(2, name="b")])
     >>> eg = extract_graph(net, np.ones((3, 4), "float32"), np.ones((3, 2), "float32"), loss="mse")
@@ -378,7 +378,7 @@ def extract_graph(model: Any, example_inputs: Any, example_targets: Any, loss: A
         kernel_scratch = {} if tf.config.list_logical_devices("GPU") else CPU_KERNEL_SCRATCH_BYTES
     sizes = _measure_sizes(eg, xs, ys, dict(kernel_scratch or {}))
     if cost_model == "flops":
-        cost = _flop_costs(eg, sizes)
+        cost = _flop_costs(eg)
     elif cost_model == "profile":
         from .profile import profile_costs
 
@@ -517,7 +517,7 @@ def _transient_peak(ops: list, kept: set, scratch: dict) -> int:
     return int(peak)
 
 
-def _flop_costs(eg: ExtractedGraph, sizes: dict) -> np.ndarray:
+def _flop_costs(eg: ExtractedGraph) -> np.ndarray:
     """FLOPs of every node: the zoo's per-layer rule times the batch; backward = 2 x forward."""
     from .extract import _layer_flops
 
