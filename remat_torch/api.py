@@ -584,10 +584,14 @@ def _build(model, args, kwargs, s: _Settings, loaded: dict, require_loaded: bool
             gran = grans.pop()
     if gran == "auto":
         eg = _extract(model, args, kwargs, s, "op", None)
-        if choose_path(eg.graph, s.time_limit_s) == "large":
+        rule = {"op_nodes": int(eg.graph.n), "op_path": choose_path(eg.graph, s.time_limit_s)}
+        if rule["op_path"] == "large":
             log.info("granularity auto: %d op-level nodes is beyond the solver's size; using module level",
                      eg.graph.n)
             eg = _extract(model, args, kwargs, s, "module", None)
+        meta = eg.graph.meta
+        meta["granularity_auto"] = rule
+        eg.graph = eg.graph.replace(meta=meta)
         gran = eg.granularity
     else:
         eg = _extract(model, args, kwargs, s, gran, blocks)
