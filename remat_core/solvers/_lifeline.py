@@ -5,13 +5,18 @@ works in a temporary folder. Whatever ends the parent, neither may outlive it:
 
 * normal return, an exception, ``KeyboardInterrupt``: the parent's ``finally``
   kills the child and removes the folder;
-* ``SIGTERM`` (what ``timeout`` and job schedulers send): while a child is
-  tracked, the parent's handler (installed only where the disposition is the
-  default one, in the main thread) runs the same clean-up, then dies of the
-  signal as it would have;
-* ``SIGKILL`` or any other death of the parent: the child notices (Linux:
-  ``prctl(PR_SET_PDEATHSIG)`` sends it ``SIGTERM``; everywhere: a thread
-  that watches ``os.getppid()``), removes its folder and exits.
+* ``SIGTERM``, ``SIGKILL`` or any other death of the parent: the child notices
+  (Linux: ``prctl(PR_SET_PDEATHSIG)`` sends it ``SIGTERM``; everywhere: a
+  thread that watches ``os.getppid()``, which runs while the main thread is in
+  HiGHS, since highspy releases the GIL there), removes its folder and exits.
+
+The portfolio's parent installs no ``SIGTERM`` handler: Python runs handlers
+only when the main thread is between bytecodes, so one would hold off
+``SIGTERM`` for as long as HiGHS's MILP runs in that thread (minutes), where
+the default action ends the parent at once and the child follows within
+:data:`_POLL_S`. A parent whose main thread only waits for its child (in
+Python) may register a clean-up with :func:`track` instead: ``SIGTERM`` then
+runs it before the process dies of the signal.
 """
 
 from __future__ import annotations

@@ -49,7 +49,6 @@ import numpy as np
 
 from ..formulation.standard_form import StandardForm
 from ..schedule import SolveStatus
-from ._lifeline import track, untrack
 from .backends import BackendResult
 
 __all__ = ["race", "cpu_count"]
@@ -169,9 +168,7 @@ class _Child:
         self.stderr = open(os.path.join(self.dir, "stderr.txt"), "wb")
         self.started = time.perf_counter()
         self.proc = None
-        # on SIGTERM to this process, close() runs first (the child itself dies with this process however it ends)
-        self._tracked = track(self.close)
-        try:
+        try:   # the child dies with this process however that ends, and removes self.dir then (_lifeline)
             self.proc = subprocess.Popen([sys.executable, "-m", "remat_core.solvers._portfolio_worker", job,
                                           self.result, str(os.getpid())],
                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.stderr,
@@ -213,7 +210,6 @@ class _Child:
             self.proc.wait()
         self.stderr.close()
         shutil.rmtree(self.dir, ignore_errors=True)
-        untrack(self._tracked)
 
 
 def _combine(milp: BackendResult, bc: BackendResult | None) -> BackendResult:
