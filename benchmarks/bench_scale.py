@@ -11,6 +11,7 @@ Writes ``results/scale.json``, ``results/scale.png`` and the README section "sca
     .venv/bin/python benchmarks/bench_scale.py            # the recorded subset (see SUBSET)
     .venv/bin/python benchmarks/bench_scale.py --full     # every graph, budgets 0.9 .. 0.1, limits 10/60/300 s
     .venv/bin/python benchmarks/bench_scale.py --report-only
+    .venv/bin/python benchmarks/bench_scale.py --size-rule   # ilp / lp-rounding / auto around auto's thresholds
 """
 
 from __future__ import annotations
@@ -184,15 +185,65 @@ def plot(rows: list[dict], path: str) -> None:
     fig.savefig(path, dpi=90)
 
 
+#: The size rule's evidence: graphs around auto's two thresholds, each method with the same limit.
+SIZE_RULE = {"graphs": ["random-10", "random-18", "random-25", "random-40", "U-Net_6"], "fraction": 0.5, "limit": 60.0,
+             "methods": ("ilp", "lp-rounding", "auto")}
+
+
+def render_size_rule(rows: list[dict], meta: dict) -> str:
+    from remat_core.formulation.size import estimate_milp_size
+
+    head = ["graph", "nodes", "est. nonzeros", "method", "status", "cost / its bound", "cost / best cost",
+            "wall s", "RSS MiB", "auto's path"]
+    best = {}
+    for r in rows:
+        if r.get("cost"):
+            best[r["graph"]] = min(best.get(r["graph"], 1e18), r["cost"])
+    out = []
+    for r in rows:
+        est = estimate_milp_size(load(r["graph"])).nonzeros
+        ratio = r["cost"] / r["bound"] if r.get("cost") and r.get("bound") else None
+        out.append([r["graph"], r.get("n"), f"{est / 1e6:.2f} M", r["method"], r.get("status"),
+                    "-" if ratio is None else f"{ratio:.4f}", "-" if not r.get("cost") else f"{r['cost'] / best[r['graph']]:.4f}",
+                    f"{r.get('wall_s', 0):.1f}", f"{r.get('peak_rss_mib', 0):.0f}", r.get("path") or ""])
+    return "\n".join([
+        "## scale-size-rule: ilp, lp-rounding and auto around auto's thresholds (issue 26)", "",
+        f"Measured on {meta['machine']}; `{meta['command']}`; budget 0.5 of activation memory, every method with "
+        f"`time_limit_s={SIZE_RULE['limit']:g}`, each solve in its own process (peak RSS from `wait4`); the machine "
+        "was shared with other jobs (load average 8 to 11 on 2 cores). *cost / its bound*: over the lower bound "
+        "the method itself reports; *cost / best cost*: over the cheapest of the three. auto's rule "
+        "(`remat_core.solvers.auto`): `ilp` up to 0.6 M estimated nonzeros, `lp-rounding` up to 20 M, each only "
+        "if the program has at most 120 k nonzeros per second of the limit; the large-graph path beyond.", "",
+        table(head, out)])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--full", action="store_true", help="every graph, budgets 0.9 .. 0.1, limits 10/60/300 s")
     ap.add_argument("--graphs", help="comma-separated graph names (DTR names or random-<layers>)")
     ap.add_argument("--report-only", action="store_true", help="rewrite the README section from the results")
+    ap.add_argument("--size-rule", action="store_true", help="the size rule's evidence (section scale-size-rule)")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child_main(*args.child)
+        return
+    if args.size_rule:
+        path = os.path.join(RESULTS, "scale_size_rule.json")
+        if args.report_only:
+            data = json.load(open(path))
+        else:
+            rows = []
+            for gname in SIZE_RULE["graphs"]:
+                for m in SIZE_RULE["methods"]:
+                    r = run_child({"graph": gname, "fraction": SIZE_RULE["fraction"], "method": m,
+                                   "limit": SIZE_RULE["limit"]})
+                    rows.append(r)
+                    print(json.dumps({k: r.get(k) for k in ("graph", "method", "status", "cost", "bound", "path",
+                                                            "wall_s", "peak_rss_mib")}), flush=True)
+            data = {"meta": {"machine": machine_line(), "command": command_line()}, "rows": rows}
+            save_json("scale_size_rule", data)
+        write_section("scale-size-rule", render_size_rule(data["rows"], data["meta"]))
         return
     json_path = os.path.join(RESULTS, "scale.json")
     if args.report_only:

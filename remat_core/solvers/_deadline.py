@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 CHILD_STARTUP_S = 0.6
 #: Seconds the child keeps back from its own limit to pickle its result before the parent's deadline.
 _CHILD_REPORT_S = 0.15
+#: Share of the time left that the child's own limit gets: the solvers overshoot their own limits (the reason for
+#: the child), and a child that answers by itself returns its best schedule and bound rather than being killed.
+_CHILD_SHARE = 0.85
 _POLL_S = 0.02
 _ENV_FLAG = "REMAT_DEADLINE_CHILD"
 
@@ -66,7 +69,7 @@ class DeadlineChild:
         self._key: int | None = None
         try:
             left = deadline - time.perf_counter()
-            child_limit = left - CHILD_STARTUP_S - _CHILD_REPORT_S
+            child_limit = _CHILD_SHARE * left - CHILD_STARTUP_S - _CHILD_REPORT_S
             if child_limit <= 0.05:
                 self.why = f"{method}: not started, {left:.2f} s left is less than a child's start-up"
                 return

@@ -8,8 +8,8 @@ milliseconds without building anything), not the node count: it grows with
 the values alive across each stage, so a wide 200-node graph can be larger
 than a 400-node chain.
 
-* up to :data:`ILP_MAX_NONZEROS` (about 120 nodes of a random training graph,
-  80 of a U-Net): ``ilp``, the exact MILP, warm-started with the cheapest
+* up to :data:`ILP_MAX_NONZEROS` (about 80 nodes of a random training graph
+  or of a U-Net): ``ilp``, the exact MILP, warm-started with the cheapest
   baseline; it usually proves the optimum inside the limit;
 * up to :data:`LP_MAX_NONZEROS` (about 270 nodes of ResNet-32): ``lp-rounding``
   (one LP relaxation, rounded), which also gives a lower bound;
@@ -47,7 +47,7 @@ __all__ = ["solve_auto", "ILP_MAX_NONZEROS", "LP_MAX_NONZEROS", "BASELINES", "ch
 log = logging.getLogger(__name__)
 
 #: Largest estimated MILP (nonzeros) that ``auto`` gives to the exact ``ilp``.
-ILP_MAX_NONZEROS = 2_000_000
+ILP_MAX_NONZEROS = 600_000
 #: Largest estimated MILP (nonzeros) whose LP relaxation ``auto`` solves and rounds (``lp-rounding``).
 LP_MAX_NONZEROS = 20_000_000
 #: Estimated nonzeros whose program ``auto`` expects to build, solve as an LP and round per second of its
