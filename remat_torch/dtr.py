@@ -311,8 +311,6 @@ class DTRRuntime:
         finally:
             for p in done:
                 self._pin(p, -1)
-        for p in done:   # a value no tensor refers to was only needed for this one: free it again
-            self._free_if_dead(p)
         outs = out if isinstance(out, (tuple, list)) else (out,)
         self.stats["rematerializations"] += 1
         v.tensor = outs[v.index]
@@ -325,6 +323,10 @@ class DTRRuntime:
                     self.budget_bytes is None or self.current + s.nbytes <= self.budget_bytes):
                 s.tensor = outs[s.index]
                 self._charge(s)
+        # a parent no tensor refers to was only needed for this one: free it again (unless v views its storage)
+        for p in done:
+            if v.base is None or (p.base or p) is not v.base:
+                self._free_if_dead(p)
 
     def _unwrap(self, a: Any) -> Any:
         return self.materialize(a) if isinstance(a, _Value) else a
