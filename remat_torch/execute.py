@@ -13,12 +13,14 @@ recomputation runs the same code as the first computation: it costs what
 the plan says. The ops run under ``torch.no_grad`` (the joint graph already
 contains the backward ops), so nothing else keeps activations alive.
 
-* Gradients, model outputs and buffer updates are taken from a node's first
-  computation (its own stage) only; recomputations never update BatchNorm
-  statistics twice.
-* Nodes with random ops (dropout) save the RNG state before their first
-  computation and replay it when recomputed, so masks are identical, and the
-  global RNG stream advances exactly as in eager mode.
+* Model outputs and buffer updates are taken from a node's first
+  computation (its own stage) only, so recomputations never update
+  BatchNorm statistics twice; gradients from their node's last computation,
+  the one the plan keeps to the end of the step.
+* Nodes with random ops (dropout) that the plan recomputes save the RNG
+  state before their first computation and replay it when recomputed (the
+  last replay drops it), so masks are identical, and the global RNG stream
+  advances exactly as in eager mode.
 * ``peak_bytes`` is the plan's peak in the graph's memory model
   (:func:`remat_core.plan.replay`). With ``track=True`` the executor instead
   interprets the plan statement by statement and tracks the bytes of the
@@ -133,6 +135,9 @@ class Executor:
         self._tangent_base = len(extracted.param_names) + len(extracted.buffer_names) + extracted.n_inputs
         self._tangent_contiguous = [torch.empty(0).new_empty_strided(shape, stride, device="meta").is_contiguous()
                                     for shape, stride, _ in extracted.tangent_meta]
+        # gradients are taken from their node's last computation (the plan keeps that one to the end of
+        # the step); model outputs and buffer updates from the first (RNG and statistics as in eager)
+        self._last_register = {s.node: s.register for s in stmts if isinstance(s, Compute)}
         self.compute_counts = plan.compute_counts()
         self.ops_run = int(sum(int(c) * len(g.ops) for c, g in zip(self.compute_counts, extracted.groups)))
         rep = replay(extracted.graph, plan)
@@ -142,7 +147,8 @@ class Executor:
         self.step_bytes = self._model_steps
         self.source: tuple = ()
         if not self.track:
-            self._forward_part, self._backward_part, self.source = _compile_plan(extracted, plan, split)
+            self._forward_part, self._backward_part, self.source = _compile_plan(extracted, plan, split,
+                                                                                 self._n_fwd_out)
 
     # ------------------------------------------------------------------ steps
     def begin(self, params: Sequence, buffers: Sequence, inputs: Sequence) -> StepState:
@@ -244,21 +250,23 @@ class Executor:
                     spec = groups[k]
                     args = [values[src[1]] if src[0] == "ph" else regs[s.inputs[src[1]]][src[2]]
                             for src in spec.inputs]
-                    if spec.random:
-                        if k in st.rng:
-                            with _replay_rng(st.rng[k]):
-                                outs, internal = self._call(k, args, st)
-                        else:
-                            st.rng[k] = _get_rng()
+                    if spec.random and k in st.rng:
+                        state = st.rng.pop(k) if s.register == self._last_register[k] else st.rng[k]
+                        with _replay_rng(state):
                             outs, internal = self._call(k, args, st)
                     else:
+                        if spec.random and self.compute_counts[k] > 1:
+                            st.rng[k] = _get_rng()
                         outs, internal = self._call(k, args, st)
                     fixed = st.fixed_ptrs
-                    jptrs = set()
+                    jptrs = set()  # model outputs and buffer updates: fixed bytes
                     for oi, j in spec.joint_outputs:
                         t = outs[oi]
-                        jptrs.add(t.untyped_storage().data_ptr())
-                        if s.stage == k:
+                        if j < self._n_fwd_out:
+                            jptrs.add(t.untyped_storage().data_ptr())
+                            if s.stage == k:
+                                st.joint_values[j] = t
+                        elif s.register == self._last_register[k]:
                             st.joint_values[j] = t
                     keys = []
                     seen = set()
@@ -304,7 +312,7 @@ class Executor:
     def _call(self, k: int, args: list, st: StepState):
         if not self.measure:
             return self._fns[k](*args), None
-        return _run_measured(self.eg.groups[k], args, st.fixed_ptrs)
+        return _run_measured(self.eg.groups[k], args, st.fixed_ptrs, self._n_fwd_out)
 
     # ------------------------------------------------------- one-call step
     def step(self, model, inputs: Sequence, tangents: Sequence | None = None, accumulate: bool = True):
@@ -361,7 +369,7 @@ class Executor:
 
 
 # ---------------------------------------------------------------- codegen
-def _compile_plan(eg: ExtractedGraph, plan: ExecutionPlan, split: int):
+def _compile_plan(eg: ExtractedGraph, plan: ExecutionPlan, split: int, n_fixed_joint: int):
     """Generate and compile the forward and backward parts of ``plan``.
 
     Each part is ``part(V, J, RNG, C)``: ``V`` the joint placeholders,
@@ -369,8 +377,8 @@ def _compile_plan(eg: ExtractedGraph, plan: ExecutionPlan, split: int):
     nodes, ``C`` the registers carried from the forward part (the forward
     part returns them as a list; the backward part takes and empties it).
     """
-    gen = _Codegen(eg)
     stmts = plan.statements
+    gen = _Codegen(eg, n_fixed_joint, {s.node: s.register for s in stmts if isinstance(s, Compute)})
     live: dict[int, int] = {}  # register -> node
     for s in stmts[:split]:
         if isinstance(s, Compute):
@@ -395,8 +403,10 @@ class _Codegen:
     reads them), as ``torch.fx`` code does.
     """
 
-    def __init__(self, eg: ExtractedGraph):
+    def __init__(self, eg: ExtractedGraph, n_fixed_joint: int, last_register: dict):
         self.eg = eg
+        self.n_fixed_joint = n_fixed_joint
+        self.last_register = last_register
         self.globals: dict[str, Any] = {"_get_rng": _get_rng, "_replay_rng": _replay_rng}
         self._names: dict[Any, str] = {}  # id of a callable/constant -> global name
         self._keep: list = []  # keeps constants alive so their ids stay unique
@@ -452,17 +462,16 @@ class _Codegen:
                 spec = groups[k]
                 reg_outputs[s.register] = len(spec.outputs)
                 lines = self._node(spec, s, deps[k], used_ph)
-                if spec.random:
-                    if s.stage == k:
-                        body.append(f"RNG[{k}] = _get_rng()")
-                        body.extend(lines)
-                    else:
-                        body.append(f"with _replay_rng(RNG[{k}]):")
-                        body.extend("    " + ln for ln in lines)
+                if spec.random and s.stage != k:  # a recomputation: the first one's random numbers
+                    get = "pop" if s.register == self.last_register[k] else "__getitem__"
+                    body.append(f"with _replay_rng(RNG.{get}({k})):")
+                    body.extend("    " + ln for ln in lines)
                 else:
+                    if spec.random and s.register != self.last_register[k]:  # recomputed later
+                        body.append(f"RNG[{k}] = _get_rng()")
                     body.extend(lines)
-                if s.stage == k:
-                    for oi, j in spec.joint_outputs:
+                for oi, j in spec.joint_outputs:
+                    if (s.stage == k) if j < self.n_fixed_joint else (s.register == self.last_register[k]):
                         body.append(f"J[{j}] = r{s.register}_{oi}")
             else:
                 n_out = reg_outputs.pop(s.register)
@@ -492,6 +501,9 @@ class _Codegen:
         for i, o in enumerate(outs):
             if o.op != "placeholder" and o not in out_of:
                 out_of[o] = i
+        for n in gm_nodes:
+            if n.op == "get_attr":  # a constant tensor of the node's module
+                names[n] = self._global(getattr(spec.fn, n.target), "c")
         body = [n for n in gm_nodes if n.op == "call_function"]
         last_use: dict[Any, int] = {}
         for i, n in enumerate(body):
@@ -510,7 +522,8 @@ class _Codegen:
                 args += [f"{key}={self._render(v, names)}" for key, v in n.kwargs.items()]
                 rhs = f"{self._callable(n.target)}({', '.join(args)})"
             lines.append(f"{names[n]} = {rhs}")
-            dead = [a for a in n.all_input_nodes if a.op != "placeholder" and a not in out_of and last_use[a] == i]
+            dead = [a for a in n.all_input_nodes
+                    if a.op == "call_function" and a not in out_of and last_use[a] == i]
             if n not in out_of and n not in last_use:
                 dead.append(n)
             if dead:
@@ -546,14 +559,14 @@ def _replay_rng(state):
             torch.cuda.set_rng_state(saved["cuda"])
 
 
-def _run_measured(spec, args, fixed_ptrs):
+def _run_measured(spec, args, fixed_ptrs, n_fixed_joint):
     """Run a group op by op; returns (outputs, internal peak bytes).
 
     The rule matches :func:`remat_torch.extract._internal_peak`: after each op
     its values are live; a value dies after its last read in the group unless
     it is returned; a storage counts while a live value references it. Storages
-    of joint outputs (gradients, model outputs, buffer updates) and of inputs
-    are fixed memory and not counted.
+    of inputs and of the joint outputs below ``n_fixed_joint`` (model outputs,
+    buffer updates) are fixed memory and not counted.
     """
     import torch
 
@@ -593,8 +606,9 @@ def _run_measured(spec, args, fixed_ptrs):
                 del live[v]
     outs = tuple(env[a] if isinstance(a, torch.fx.Node) else a for a in out_node.args[0])
     excluded = set(fixed_ptrs)
-    for oi, _ in spec.joint_outputs:
-        excluded.add(outs[oi].untyped_storage().data_ptr())
+    for oi, j in spec.joint_outputs:
+        if j < n_fixed_joint:
+            excluded.add(outs[oi].untyped_storage().data_ptr())
     for x in args:
         if isinstance(x, torch.Tensor):
             excluded.add(x.untyped_storage().data_ptr())

@@ -23,7 +23,12 @@ A node's ``memory_bytes`` is the size of the distinct storages of the values it
 produces for other nodes; ``workspace_bytes`` is how far its internal
 temporaries push the peak above that. Parameters, buffers (and the snapshot of
 mutated buffers), inputs, output tangents, model outputs, buffer updates and
-gradients are ``fixed_bytes``.
+the executor's saved RNG states are ``fixed_bytes``. Parameter gradients are
+the ``memory_bytes`` of the nodes that compute them (above op granularity,
+gradient-only ops form a node of their own beside their module's node), and
+a last node, ``<gradients>``, reads them all: they are allocated where the
+backward computes them and kept to the end of the step, as autograd's
+``.grad`` are, so the prediction follows the allocator over the whole step.
 """
 
 from __future__ import annotations
@@ -804,10 +809,13 @@ def _group(joint, placeholders, outs, n_primals, granularity, block_names):
             members[node] = [node]
             heads.append(node)
 
-    # joint outputs: their storages are fixed memory
+    # joint outputs: model outputs and buffer updates are fixed memory (handed over in the forward);
+    # gradients are the memory of the node that computes them, kept to the end of the step (the
+    # `<gradients>` node below reads them all), since autograd allocates them one by one in the backward
     joint_out_index: dict[Any, list] = {}
     fixed_keys = {k for k, o in owner.items() if o == "fixed"}
     extra_fixed = const_bytes
+    first_grad = len(outs) - n_primals
     for j, o in enumerate(outs):
         if o is None:
             continue
@@ -816,10 +824,17 @@ def _group(joint, placeholders, outs, n_primals, granularity, block_names):
                 f"joint output {j} ({o.name}) aliases a parameter, input or tangent "
                 "(a model output or gradient that is a view of an input is not supported)")
         joint_out_index.setdefault(o, []).append(j)
-        for k, b in value_keys[o]:
+    for o in outs[:first_grad]:
+        for k, b in value_keys.get(o, ()):
             if k not in fixed_keys:
                 fixed_keys.add(k)
                 extra_fixed += b
+
+    def grad_only(h):
+        """Whether unit ``h`` computes gradients and nothing that another op reads."""
+        unit = set(members[h])
+        return (any(j >= first_grad for m in unit for j in joint_out_index.get(m, ()))
+                and all(u.op == "output" or u in unit for m in unit for u in m.users))
 
     # groups: runs of consecutive units with the same key
     def tag(n):
@@ -828,17 +843,37 @@ def _group(joint, placeholders, outs, n_primals, granularity, block_names):
     def scope(n):
         return (n.meta.get("custom") or {}).get("remat_scope", "")
 
+    # Above op granularity, the units that only compute gradients leave their run for a group of their
+    # own beside it (one per run), placed at its last unit: gradients are kept to the end of the step,
+    # and a run's other outputs must not be kept with them.
     runs: list[list] = []
+    grad_run: list[bool] = []
     last_key = None
+    cur = None  # the open run of ordinary units
+    grads_of_run: dict[int, int] = {}  # run -> its gradient group
+    pending: dict[Any, int] = {}  # key -> gradient group of units met before a run of that key opened
     for h in heads:  # heads are in FX (topological) order
         if granularity == "op":
             k = (id(h),)
         else:
             k = (_scope_key(scope(h), granularity, block_names), tag(h))
-        if runs and k == last_key:
-            runs[-1].append(h)
+        if granularity != "op" and grad_only(h):
+            table, key = (grads_of_run, cur) if (cur is not None and k == last_key) else (pending, k)
+            if key not in table:
+                table[key] = len(runs)
+                runs.append([])
+                grad_run.append(True)
+            runs[table[key]].append(h)
+            continue
+        if cur is not None and k == last_key:
+            runs[cur].append(h)
         else:
+            cur = len(runs)
             runs.append([h])
+            grad_run.append(False)
+            if k in pending:  # gradient units of this key came just before the run opened
+                grads_of_run[cur] = pending.pop(k)
+            pending.clear()
         last_key = k
     group_of_unit = {}
     for gi, run in enumerate(runs):
@@ -850,11 +885,13 @@ def _group(joint, placeholders, outs, n_primals, granularity, block_names):
     for lst in group_nodes:
         lst.sort(key=lambda n: pos[n])
     group_of = {n: group_of_unit[unit_of[n]] for n in unit_of}
-    order = sorted(range(len(runs)), key=lambda g: (tag(runs[g][0]), pos[runs[g][0]]))
+    # a gradient group only has inputs: placed at its last unit, every edge goes forward
+    order = sorted(range(len(runs)), key=lambda g: (tag(runs[g][0]), pos[runs[g][-1 if grad_run[g] else 0]]))
     rank = {g: r for r, g in enumerate(order)}
     ph_index = {ph: i for i, ph in enumerate(placeholders)}
 
     groups: list[GroupSpec] = []
+    grad_bytes: list[dict] = []  # per group: output index -> bytes, of its gradient outputs
     out_lists: dict[int, list] = {}
     # outputs of each group: values read by other groups or returned by the joint graph
     for g in range(len(runs)):
@@ -881,6 +918,8 @@ def _group(joint, placeholders, outs, n_primals, granularity, block_names):
                     out_keys[k] = b
         mem = sum(out_keys.values())
         ws = _internal_peak(nodes, olist, value_keys, fixed_keys) - mem
+        grad_bytes.append({i: sum(b for k, b in value_keys[olist[i]] if k not in fixed_keys)
+                           for i, j in jouts if j >= first_grad})
         head = runs[g][0]
         name = f"{'bwd' if is_bwd else 'fwd'}{len(groups)}:{scope(head) or '<root>'}:{head.name}"
         random = any(torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ()) for n in nodes
@@ -892,7 +931,72 @@ def _group(joint, placeholders, outs, n_primals, granularity, block_names):
     # translate ("node", group_id, out) with group ids -> graph positions
     for spec in groups:
         spec.inputs = [("node", rank[s[1]], s[2]) if s[0] == "node" else s for s in spec.inputs]
+    groups = _hold_gradients(groups, grad_bytes, first_grad)
+    producers = [k for k, spec in enumerate(groups) if any(j >= first_grad for _, j in spec.joint_outputs)]
+    if producers:
+        groups.append(_gradients_node(len(groups), producers, groups))
     return groups, tangent_meta, extra_fixed
+
+
+def _identity_module(n: int):
+    """An fx.GraphModule returning its ``n`` arguments."""
+    import torch
+    import torch.fx as fx
+
+    graph = fx.Graph()
+    graph.output(tuple(graph.placeholder(f"in_{i}") for i in range(n)))
+    return fx.GraphModule(torch.nn.Module(), graph)
+
+
+def _hold_gradients(groups, grad_bytes, first_grad):
+    """Give the gradients of a node that also computes other values a node of their own, right after it.
+
+    An op such as ``convolution_backward`` or ``native_layer_norm_backward``
+    returns the input's gradient (read by the next node) with the parameters'
+    gradients (kept to the end of the step). If its node were kept to the end,
+    the input's gradient would be too; instead a holder node (no ops) takes
+    the parameter gradients from it, and the node is freed after its last
+    reader. The holder's bytes are counted again while both are live: a
+    slight overestimate, never an underestimate.
+    """
+    out: list = []
+    new_pos: dict[int, int] = {}
+    for k, spec in enumerate(groups):
+        new_pos[k] = len(out)
+        out.append(spec)
+        held = sorted(grad_bytes[k])
+        if not held or len(held) == len(spec.outputs):
+            continue
+        where = {i: h for h, i in enumerate(held)}
+        out.append(GroupSpec(
+            name=f"{spec.name}:<gradients>", fn=_identity_module(len(held)), inputs=[("node", k, i) for i in held],
+            outputs=[spec.outputs[i] for i in held],
+            joint_outputs=[(where[i], j) for i, j in spec.joint_outputs if j >= first_grad],
+            random=False, ops=(), scope=spec.scope, is_backward=spec.is_backward,
+            memory_bytes=int(sum(grad_bytes[k].values())), workspace_bytes=0))
+        spec.joint_outputs = [(i, j) for i, j in spec.joint_outputs if j < first_grad]
+    for spec in out:
+        spec.inputs = [("node", new_pos[s[1]], s[2]) if s[0] == "node" else s for s in spec.inputs]
+    return out
+
+
+def _gradients_node(index, producers, groups):
+    """The last node: reads one output of every node that computes gradients and runs no op.
+
+    It keeps the gradients in memory to the end of the step, where the
+    optimizer reads them, as autograd's ``.grad`` does.
+    """
+    import torch
+    import torch.fx as fx
+
+    graph = fx.Graph()
+    for k in producers:
+        graph.placeholder(f"in_{k}")
+    graph.output(())
+    gm = fx.GraphModule(torch.nn.Module(), graph)
+    inputs = [("node", k, next(i for i, _ in groups[k].joint_outputs)) for k in producers]
+    return GroupSpec(name=f"bwd{index}:<gradients>", fn=gm, inputs=inputs, outputs=[], joint_outputs=[],
+                     random=False, ops=(), scope="", is_backward=True, memory_bytes=0, workspace_bytes=0)
 
 
 def _internal_peak(nodes, outputs, value_keys, fixed_keys) -> int:

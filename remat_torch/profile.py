@@ -153,9 +153,8 @@ def measure_workspace(eg, model, inputs: Sequence, progress: bool = False) -> np
     outputs allocate less than the node's ``memory_bytes`` (views of other
     values) the latter is subtracted instead. The memory model adds
     ``memory_bytes`` plus the workspace at the compute instant and reserves
-    the outputs that are fixed bytes (model outputs, parameter gradients) in
-    ``fixed_bytes`` from the start, so the prediction stays an upper bound on
-    what the allocator sees.
+    the outputs that are fixed bytes (model outputs) in ``fixed_bytes`` from
+    the start, so the prediction follows what the allocator sees.
 
     Parameters
     ----------

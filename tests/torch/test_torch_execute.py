@@ -56,12 +56,16 @@ def test_plan_matches_eager_and_simulator(name, granularity, kind):
             out = _step_sq(ex, m, inputs)
         torch.testing.assert_close(out, ref_out, rtol=1.3e-6, atol=1e-5)
         assert_same_state(m, ref)
-        # the tracked bytes of live tensors: equal to the simulator without hoisting, never above with it
+        # the tracked bytes of live tensors: equal to the simulator without hoisting (up to the gradients that
+        # holder nodes count a second time while the node they come from is live), never above with it
         if hoist:
             assert ex.peak_bytes <= sim.peak_memory_bytes
         else:
-            assert ex.peak_bytes == sim.peak_memory_bytes
-            assert np.array_equal(ex.step_bytes, sim.step_memory_bytes)
+            assert sim.peak_memory_bytes - _held(eg) <= ex.peak_bytes <= sim.peak_memory_bytes
+            assert (ex.step_bytes <= sim.step_memory_bytes).all()
+            assert (ex.step_bytes >= sim.step_memory_bytes - _held(eg)).all()
+            if not _held(eg):
+                assert np.array_equal(ex.step_bytes, sim.step_memory_bytes)
         assert np.array_equal(ex.compute_counts, sched.compute_counts())
         # aten ops actually dispatched == ops of the nodes the plan computes
         planned = {}
@@ -73,6 +77,11 @@ def test_plan_matches_eager_and_simulator(name, granularity, kind):
             assert oc.counts.get(op, 0) == planned.get(op, 0), op
     if kind != "all":
         assert sim.recompute_count > 0
+
+
+def _held(eg):
+    """Bytes of the gradient holder nodes (no ops, gradients taken from the node before them)."""
+    return sum(int(eg.graph.memory_bytes[k]) for k, grp in enumerate(eg.groups) if not grp.ops and grp.outputs)
 
 
 def _step_sq(ex, m, inputs):

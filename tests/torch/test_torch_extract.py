@@ -37,8 +37,12 @@ def test_mlp_graph_memory_from_tensor_sizes():
     assert g.memory_bytes[last_fwd] == 0
     params = sum(p.numel() * 4 for p in net.parameters())
     inputs_tangents = 3 * 4 * 4 + 3 * 2 * 4
-    grads_and_output = params + 3 * 2 * 4
-    assert g.fixed_bytes == params + inputs_tangents + grads_and_output
+    assert g.fixed_bytes == params + inputs_tangents + 3 * 2 * 4  # parameters, input, tangent, output
+    # gradients are the bytes of the nodes that compute them, all read by the last node (kept to the end)
+    assert g.names[-1].endswith("<gradients>") and g.memory_bytes[-1] == 0 and not eg.groups[-1].ops
+    producers = [int(k) for k in g.deps[g.n - 1]]
+    assert sum(int(g.memory_bytes[k]) for k in producers) == params
+    assert all(eg.groups[k].joint_outputs for k in producers)
 
 
 def test_views_are_counted_once():

@@ -8,7 +8,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from remat_core import checkpoint_all_peak_bytes  # noqa: E402
 from remat_torch import extract_graph, rematerialize  # noqa: E402
 from remat_torch.meter import AllocatorMeter  # noqa: E402
 from remat_torch.models import mid_cnn  # noqa: E402
@@ -69,14 +68,9 @@ def test_profile_measures_workspace_by_default_and_predictions_bound_the_real_pe
     assert g.meta["workspace"] == "measure"
     assert int(g.workspace_bytes.sum()) > 0   # oneDNN / ATen temporaries the traced graph cannot see
     outside = sum(p.numel() * p.element_size() for p in base.parameters()) + x.numel() * x.element_size()
-    peak_all = checkpoint_all_peak_bytes(g)
     checked = 0
-    for frac in (0.6, 0.8):
-        try:
-            rm = rematerialize(copy.deepcopy(base), x, budget=int(frac * peak_all), method="lp-rounding",
-                               cost_model="profile")
-        except Exception as exc:  # pragma: no cover - a budget below what any node needs
-            pytest.skip(f"budget {frac} infeasible here: {exc}")
+    for frac in (0.6, 0.8):  # fractions of activation memory
+        rm = rematerialize(copy.deepcopy(base), x, budget=frac, method="lp-rounding", cost_model="profile")
         rm.zero_grad(set_to_none=True)
         rm(x).pow(2).mean().backward()            # warm-up step
         rm.zero_grad(set_to_none=True)
@@ -85,6 +79,6 @@ def test_profile_measures_workspace_by_default_and_predictions_bound_the_real_pe
         # the meter excludes parameters and the input (allocated before); the prediction includes them;
         # the loss's few scalar temporaries are outside the graph (a small allowance)
         assert m.peak_bytes + outside <= rm.predicted_peak_bytes + 4096, (frac, m.peak_bytes, rm.predicted_peak_bytes)
-        assert rm.last_peak_bytes == rm.predicted_peak_bytes
+        assert rm.last_peak_bytes <= rm.predicted_peak_bytes   # the executed (hoisted) plan's peak
         checked += 1
     assert checked
