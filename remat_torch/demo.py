@@ -11,7 +11,8 @@
 3. Write the plots: the trade-off curves of the sweep, the R/S matrices and
    the memory timeline of the transformer's plan.
 
-Peaks are measured with :class:`remat_torch.meter.AllocatorMeter` (the c10
+Operators' temporary memory is measured while tracing (``workspace="measure"``),
+so the plan's predicted peak covers it. Peaks are measured with :class:`remat_torch.meter.AllocatorMeter` (the c10
 CPU allocator's events) around one training step, plus the parameters and
 inputs that exist before the step: the same total the budget counts.
 
@@ -35,35 +36,52 @@ import torch
 from remat_core import available_methods, checkpoint_all_peak_bytes
 from remat_core.units import budget_fraction, format_bytes, min_budget_bytes
 
-from . import rematerialize
+from . import BudgetInfeasibleError, rematerialize
 from .meter import AllocatorMeter
 from .models import TransformerLM, mid_cnn
 
 __all__ = ["run_demo", "main"]
 
 
-def _loss(y: torch.Tensor) -> torch.Tensor:
-    return y.float().pow(2).mean()
+class _WithLoss(torch.nn.Module):
+    """A model and its training loss (cross-entropy against fixed labels) as one module.
+
+    The loss is part of what :func:`rematerialize` plans, so the predicted peak
+    covers its temporaries too (the logits' softmax is as large as the logits).
+    """
+
+    def __init__(self, net: torch.nn.Module, labels: torch.Tensor):
+        super().__init__()
+        self.net = net
+        self.register_buffer("labels", labels)
+
+    def loss(self, logits: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), self.labels.reshape(-1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.loss(self.net(x))
 
 
 def _models(seed: int = 0) -> list[tuple[str, torch.nn.Module, torch.Tensor, Callable, tuple[int, ...]]]:
-    """(name, model, input, forward with checkpoint_sequential(k), the k to try) of the two trained models."""
+    """(name, model with its loss, input, loss with checkpoint_sequential(k), the k to try) of the two models."""
     from torch.utils.checkpoint import checkpoint_sequential
 
     torch.manual_seed(seed)
-    lm = TransformerLM(vocab=512, dim=128, heads=4, n_layers=4, seq_len=128, p_drop=0.0)
+    lm = _WithLoss(TransformerLM(vocab=512, dim=128, heads=4, n_layers=4, seq_len=128, p_drop=0.0),
+                   torch.randint(0, 512, (8, 128)))
     tokens = torch.randint(0, 512, (8, 128))
 
     def lm_ckpt(model, x, k):
-        h = model.embed(x) + model.pos[:, : x.shape[1]]
-        h = checkpoint_sequential(model.blocks, k, h, use_reentrant=False)
-        return model.head(model.ln(h))
+        net = model.net
+        h = net.embed(x) + net.pos[:, : x.shape[1]]
+        h = checkpoint_sequential(net.blocks, k, h, use_reentrant=False)
+        return model.loss(net.head(net.ln(h)))
 
-    cnn = mid_cnn()
+    cnn = _WithLoss(mid_cnn(), torch.randint(0, 10, (16,)))
     images = torch.randn(16, 3, 32, 32)
 
     def cnn_ckpt(model, x, k):
-        return checkpoint_sequential(model, k, x, use_reentrant=False)
+        return model.loss(checkpoint_sequential(model.net, k, x, use_reentrant=False))
 
     return [("transformer (4 blocks, dim 128, 8 x 128 tokens)", lm, tokens, lm_ckpt, (1, 2, 4)),
             ("CNN (VGG-like, BatchNorm, 16 x 3 x 32 x 32)", cnn, images, cnn_ckpt, (1, 2, 4, 8))]
@@ -71,7 +89,7 @@ def _models(seed: int = 0) -> list[tuple[str, torch.nn.Module, torch.Tensor, Cal
 
 def _step(model, x, forward=None) -> float:
     model.zero_grad(set_to_none=True)
-    loss = _loss(forward(model, x) if forward else model(x))
+    loss = forward(model, x) if forward else model(x)
     loss.backward()
     return float(loss.detach())
 
@@ -97,10 +115,22 @@ def _times(fns: dict[str, Callable[[], Any]], reps: int) -> dict[str, float]:
 
 def _train_one(name, model, x, ckpt_forward, segments, fraction: float, method: str, steps: int, time_limit_s: float,
                reps: int) -> dict[str, Any]:
-    outside = sum(p.nbytes for p in model.parameters()) + x.nbytes
+    outside = sum(t.nbytes for t in [*model.parameters(), *model.buffers(), x])
     eager = copy.deepcopy(model)
     t0 = time.perf_counter()
-    rm = rematerialize(copy.deepcopy(model), x, budget=fraction, method=method, time_limit_s=time_limit_s)
+    note = ""
+    try:
+        rm = rematerialize(copy.deepcopy(model), x, budget=fraction, method=method, time_limit_s=time_limit_s,
+                           workspace="measure")
+    except BudgetInfeasibleError as exc:
+        if not exc.min_budget_bytes:
+            raise
+        # below what any plan can reach: the error says how low a budget can go; take 10% above that
+        budget = int(exc.min_budget_bytes * 1.1)
+        note = (f"{fraction:g} of activation memory is below the smallest feasible budget "
+                f"{format_bytes(exc.min_budget_bytes)}; 10% above it instead")
+        rm = rematerialize(copy.deepcopy(model), x, budget=budget, method=method, time_limit_s=time_limit_s,
+                           workspace="measure")
     plan_s = time.perf_counter() - t0
     graph = rm.extracted.graph
     budget = rm.result.budget_bytes
@@ -134,15 +164,20 @@ def _train_one(name, model, x, ckpt_forward, segments, fraction: float, method: 
         "eager_s": t["eager"], "remat_s": t["remat"], "losses": losses,
         "ckpt_best": (best, t["ckpt"], ckpt[best][2]) if best is not None else None,
         "ckpt_smallest": min((v[2], k) for k, v in ckpt.items()),
-        "recomputations": rm.result.stats.get("recomputations"), "module": rm,
+        "recomputations": rm.result.stats.get("recomputations"), "module": rm, "note": note,
     }
 
 
 def _print_model(r: dict[str, Any]) -> None:
     over = r["remat_s"] / r["eager_s"] - 1
-    above = r["measured"] - max(r["predicted"], r["budget"])
-    note = f" ({format_bytes(above)} ABOVE the budget: the cost model's workspace estimate is short)" if above > 0 else ""
+    note = ""
+    if r["measured"] > r["budget"]:
+        note = f" ({format_bytes(r['measured'] - r['budget'])} ABOVE the budget)"
+    elif r["measured"] > r["predicted"]:
+        note = f" ({format_bytes(r['measured'] - r['predicted'])} above the prediction, within the budget)"
     print(f"{r['name']}: {r['nodes']} nodes")
+    if r["note"]:
+        print(f"  ({r['note']})")
     print(f"  budget {format_bytes(r['budget'])} ({r['fraction']:.2f} of activation memory); without remat: "
           f"eager {format_bytes(r['eager_peak'])}, checkpoint-all {format_bytes(r['checkpoint_all_peak'])}")
     print(f"  remat {r['method']} ({r['status']}, solved in {r['solve_s']:.1f} s): peak predicted "
