@@ -187,9 +187,13 @@ class DTRRuntime:
         ``operators`` (first-time operator calls).
     """
 
-    def __init__(self, budget_bytes: int | None, heuristic: str = "h_dtr_local"):
+    def __init__(self, budget_bytes: int | None, heuristic: str = "h_dtr_local", max_replay_factor: float = 50.0):
         if heuristic not in HEURISTICS:
             raise ValueError(f"`heuristic` must be one of {', '.join(HEURISTICS)}; got {heuristic!r}")
+        if isinstance(max_replay_factor, bool) or not isinstance(max_replay_factor, (int, float)) \
+                or not max_replay_factor > 0:
+            raise ValueError(f"`max_replay_factor` must be a positive number; got {max_replay_factor!r}")
+        self.max_replay_factor = float(max_replay_factor)
         self.budget_bytes = budget_bytes
         self.heuristic = heuristic
         self.clock = 0
@@ -313,6 +317,12 @@ class DTRRuntime:
                 self._pin(p, -1)
         outs = out if isinstance(out, (tuple, list)) else (out,)
         self.stats["rematerializations"] += 1
+        if self.budget_bytes is not None and \
+                self.stats["rematerializations"] > self.max_replay_factor * max(self.stats["operators"], 100):
+            raise BudgetInfeasibleError(
+                f"the DTR budget {format_bytes(self.budget_bytes)} thrashes: {self.stats['rematerializations']} "
+                f"replays for {self.stats['operators']} operators (more than {self.max_replay_factor:g} per "
+                "operator); give it more memory", budget_bytes=self.budget_bytes)
         v.tensor = outs[v.index]
         if v.base is None:
             self._charge(v)
@@ -534,7 +544,7 @@ def _new_bytes(func, args: tuple, kwargs: dict, schema) -> int:
 
 
 @contextlib.contextmanager
-def dtr(budget: Any = None, heuristic: str = "h_dtr_local") -> Iterator[DTRRuntime]:
+def dtr(budget: Any = None, heuristic: str = "h_dtr_local", max_replay_factor: float = 50.0) -> Iterator[DTRRuntime]:
     """Run the block under the live DTR runtime with ``budget`` bytes of activation memory.
 
     Parameters
@@ -547,6 +557,9 @@ def dtr(budget: Any = None, heuristic: str = "h_dtr_local") -> Iterator[DTRRunti
         for the baseline).
     heuristic : str
         ``"h_dtr_local"`` (default), ``"h_dtr"``, ``"lru"`` or ``"largest"``.
+    max_replay_factor : float
+        More operator replays than this many per operator run (at least 100
+        operators counted) is thrashing: ``BudgetInfeasibleError``.
 
     Yields
     ------
@@ -556,13 +569,13 @@ def dtr(budget: Any = None, heuristic: str = "h_dtr_local") -> Iterator[DTRRunti
     Raises
     ------
     TypeError, ValueError
-        On a bad ``budget`` or ``heuristic`` (naming it).
+        On a bad ``budget``, ``heuristic`` or ``max_replay_factor`` (naming it).
     BudgetInfeasibleError
         Inside the block, when an operator's inputs and outputs do not fit
-        with everything else evicted.
+        with everything else evicted, or when the run thrashes.
     """
     budget_bytes = None if budget is None else parse_bytes(budget, "budget")
-    rt = DTRRuntime(budget_bytes, heuristic)
+    rt = DTRRuntime(budget_bytes, heuristic, max_replay_factor)
     with rt:
         yield rt
 
