@@ -660,10 +660,6 @@ def _cmd_zoo(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    try:
-        from remat_torch.demo import run_demo  # the demo trains PyTorch models
-    except ImportError as exc:
-        raise CLIError(f"the demo needs PyTorch (pip install 'remat[torch]'): {exc}") from None
     text = args.fraction.strip()
     try:
         args.fraction = float(text[:-1] if text.endswith("x") else text)
@@ -672,6 +668,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     if not 0 < args.fraction <= 1:
         raise CLIError(f"`--fraction` of activation memory must be in (0, 1]; got {text!r}")
     _check_out_dir(args.out, "--out")
+    try:
+        from remat_torch.demo import run_demo  # the demo trains PyTorch models
+    except ImportError as exc:
+        raise CLIError(f"the demo needs PyTorch (pip install 'remat[torch]'): {exc}") from None
     return run_demo(args)
 
 
