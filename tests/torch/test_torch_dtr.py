@@ -121,3 +121,13 @@ def test_bad_arguments_name_themselves():
     with pytest.raises(ValueError, match="`heuristic`"):
         with remat_torch.dtr(budget=1024, heuristic="belady"):
             pass
+
+
+def test_thrashing_raises_instead_of_running_on():
+    torch.manual_seed(1)
+    xs = torch.randn(32, 16)
+    model = TreeNet()
+    full = activation_peak_bytes(lambda: model(xs).backward())
+    with pytest.raises(BudgetInfeasibleError, match="thrashes"):
+        with remat_torch.dtr(budget=int(0.6 * full), max_replay_factor=2):
+            model(xs).backward()
