@@ -332,7 +332,7 @@ class RematModule(torch.nn.Module):
     def forward(self, *args, **kwargs):
         return self._forward(*args, **kwargs)
 
-    @torch._dynamo.disable
+    @torch.compiler.disable
     def _forward(self, *args, **kwargs):
         if not (self.training and torch.is_grad_enabled()):
             return self.module(*args, **kwargs)

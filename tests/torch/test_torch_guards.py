@@ -218,10 +218,10 @@ def test_a_loaded_plan_is_used_and_other_shapes_are_solved(tmp_path):
     torch.manual_seed(0)
     model, x = Branchy(), torch.randn(64, 8)
     ref = copy.deepcopy(model)
-    rm = rematerialize(model, x, budget=0.85, method="ilp", granularity="op", cost_model="unit", time_limit_s=5)
+    rm = rematerialize(model, x, budget=0.85, method="ilp", granularity="op", cost_model="unit", time_limit_s=2)
     path = tmp_path / "branchy.plan.json"
     rm.save_plan(path)
-    loaded = rematerialize(model, x, plan=path, cost_model="unit")
+    loaded = rematerialize(model, x, plan=path, cost_model="unit", time_limit_s=2)
     assert loaded.result.method == "loaded" and loaded.solves == 0
     assert loaded.result.schedule == rm.result.schedule and loaded.result.budget_bytes == rm.result.budget_bytes
     torch.testing.assert_close(_step(loaded, x), _step(ref, x))

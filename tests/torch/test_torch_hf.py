@@ -127,14 +127,14 @@ def test_output_structure_and_attribute_forwarding():
 
 
 def test_granularity_auto_and_a_smaller_last_batch():
-    model, batch = make("gpt2")
+    model, batch = make("vit")
     ref = copy.deepcopy(model)
     rm = rematerialize(model, example_kwargs=batch, budget=0.5, time_limit_s=TIME_LIMIT_S)
     rule = rm.extracted.graph.meta["granularity_auto"]  # op level unless auto's size rule says "large"
     assert rm.extracted.granularity == ("module" if rule["op_path"] == "large" else "op")
     small = {k: v[:3] for k, v in batch.items()}
     loss = _step(rm, small)
-    assert rm.num_plans == 2 and rm.extracted.graph.meta["input_shapes"][0] == [3, 32]
+    assert rm.num_plans == 2 and rm.extracted.graph.meta["input_shapes"][0] == [3, 3, 32, 32]
     assert rm.result.budget_bytes == remat_core.units.resolve_budget(rm.extracted.graph, 0.5)
     loss_ref = _step(ref, small)
     torch.testing.assert_close(loss, loss_ref, rtol=1e-5, atol=1e-6)
@@ -228,9 +228,8 @@ def test_batchnorm_statistics_of_a_hf_model():
 def test_hf_trainer_trains_a_rematerialized_model(tmp_path):
     from transformers import Trainer, TrainingArguments
 
-    model, batch = make("gpt2")
+    model, _, batch, rm = _built("gpt2", "auto")
     ref = copy.deepcopy(model)
-    rm = rematerialize(model, example_kwargs=batch, budget=0.5, granularity="module", time_limit_s=TIME_LIMIT_S)
     data = [{"input_ids": x, "labels": x} for x in torch.randint(0, 64, (12, 32))]
 
     def train(m):
@@ -260,13 +259,13 @@ _SUBPROCESS = textwrap.dedent("""
         raise AssertionError("solve() was called")
 
     api.solve = no_solve
-    model, batch = make("gpt2")
+    model, batch = make("vit")
     rm = api.rematerialize(model, example_kwargs=batch, plan={path!r})
     out = rm(**batch)
     out.loss.backward()
     assert rm.result.method == "loaded" and rm.solves == 0
     assert all(p.grad is not None for p in model.parameters())
-    model2, batch2 = make("gpt2", batch=2)
+    model2, batch2 = make("vit", batch=2)
     try:
         api.rematerialize(model2, example_kwargs=batch2, plan={path!r})
     except api.RematError as exc:
@@ -278,8 +277,8 @@ _SUBPROCESS = textwrap.dedent("""
 
 
 def test_saved_plan_is_reused_in_a_fresh_process_without_solving(tmp_path):
-    _, _, batch, rm = _built("gpt2", "auto")
-    path = tmp_path / "gpt2.plan.json"
+    _, _, batch, rm = _built("vit", "auto")
+    path = tmp_path / "vit.plan.json"
     rm.save_plan(path)
     code = _SUBPROCESS.format(tests=os.path.dirname(__file__), path=str(path))
     env = dict(os.environ, HF_HUB_OFFLINE="1")
