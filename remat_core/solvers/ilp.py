@@ -39,25 +39,20 @@ _LP_ROUNDING_TIME_SHARE = 0.5
 _ROOT_LP_MAX_NODES = 120
 #: Local-search evaluations of lp-rounding as the warm start of a graph of up to ``_ROOT_LP_MAX_NODES``
 #: nodes (its own default is 50000): none. There the MILP improves the incumbent itself within its root,
-#: a better warm start did not make it faster, and on the smaller graphs the local search was a third
-#: of the whole call (``docs/formulation.rst``): the search time goes to the MILP.
+#: and a better warm start did not make it prove sooner (section *ilp-warm-start* of
+#: benchmarks/experiments/README.md): the search time goes to the MILP.
 _WARM_START_POLISH_EVALS = 0
 #: HiGHS options the strong formulation is solved with unless ``solver_options`` says otherwise:
-#: no strong branching to initialise pseudo-costs (measured in docs/formulation.rst: 2-3x fewer
-#: seconds on the linear graphs, where most of the default's LP iterations went to strong branching).
+#: no strong branching to initialise pseudo-costs, where most of the default's LP iterations went on the
+#: linear graphs (the runs are in the tuning history of benchmarks/experiments/README.md).
 _HIGHS_STRONG_DEFAULTS = {"mip_pscost_minreliable": 0}
 #: HiGHS options of the portfolio's MILP on top of those, while branch-and-cut runs beside it, unless
 #: ``solver_options`` sets them: HiGHS's RENS and its root reduced-cost heuristic off. ``ilp`` has run RENS
-#: already, at the LP point after the root rounds, and HiGHS's repeats it at its own root (sub-MIPs;
-#: random(10 layers, seed 6) at 57: 4.3 s of sub-MIPs in an 8.3 s root when the start is already optimal);
-#: improving schedules still come from its RINS (around the incumbent), the child's dives and its tree. In the
-#: portfolio, two runs each, alternated: RENS off, random(10 layers, seed 6) at 57 13.0-13.4 s instead of
-#: 16.8-17.9 s, seed 8 at 55 1.8-2.2 s instead of 2.7-3.2 s (commit f3937f6); the root reduced-cost heuristic
-#: off as well, random(16 layers, seed 3) at 87 8.2-9.3 s instead of 10.3-10.5 s, random(10 layers, seed 6) at
-#: 57 13.9-15.2 s instead of 14.7-16.0 s. RINS stays on: without it, random(16 layers, seed 6) at 77 stayed at
-#: its start 367 for 300 s, where with it (with or without the root reduced-cost heuristic) it reached the
-#: optimum 363. Measured in the portfolio only; HiGHS alone (``search="milp"``) is left as it was (section
-#: *portfolio-tuning*, *HiGHS's RENS on*, *HiGHS's root reduced cost on*).
+#: already, at the LP point after the root rounds, and HiGHS would repeat it in sub-MIPs of its own root;
+#: improving schedules still come from its RINS (around the incumbent, kept on: without it a start can stay
+#: unimproved), the child's dives and its tree. Measured in the portfolio only, so HiGHS alone
+#: (``search="milp"``) keeps them (section *portfolio-tuning* of benchmarks/experiments/README.md,
+#: *HiGHS's RENS on*, *HiGHS's root reduced cost on*).
 _HIGHS_PORTFOLIO_DEFAULTS = {"mip_heuristic_run_rens": False, "mip_heuristic_run_root_reduced_cost": False}
 #: Largest graph on which path inequalities are separated (the dynamic program holds ``n**3`` numbers).
 _CUTS_MAX_NODES = _ROOT_LP_MAX_NODES
@@ -68,23 +63,19 @@ _CUT_TIME_SHARE = 0.25
 
 #: RENS (:func:`_rens`) after the root rounds: at most this many seconds, and this share of what is left
 #: of ``time_limit_s``; an LP value this close to 0 or 1 counts as integral there. The cap only bounds RENS
-#: where its neighbourhood is hard: HiGHS proves most of them in 0.03-0.35 s. At 1 s (up to commit 9cd45c6)
-#: and at 1.5 s (up to commit a16d7fd) the cap cut short neighbourhoods that HiGHS solves in 1.3-2.0 s
-#: (random(10 layers, seed 6) at 57, where the optimum 255 turns up after 1.35 s and one run in two stopped
-#: at 257, then 284 with RENS at 1 s: the search's start depended on the machine's speed that second).
+#: where its neighbourhood is hard (most take a fraction of a second); a smaller cap cut short neighbourhoods
+#: that hold the optimum, so that the search's start depended on the machine's speed (section
+#: *portfolio-tuning* of benchmarks/experiments/README.md, *RENS 1.5 s*).
 _RENS_TIME_S, _RENS_TIME_SHARE, _INTEGRAL_TOL = 3.0, 0.1, 1e-6
-#: A *small* program has at most this many integer columns (the 5-layer random graphs of sections ilp and
-#: ilp-random have 272-342 and linear(8) 272; the 10-layer ones 812-1190). On one, (1) where RENS's first
-#: neighbourhood holds no schedule, its widened try is the whole program at HiGHS's root (_RENS_WHOLE_OPTIONS)
-#: rather than the keeps the LP holds at 0: such a root is cheap there, and HiGHS's root rounding, reduced-cost
-#: fixing and restart often prove the optimum in it (random(5 layers, seed 6) at 37: 154 proven at the root,
-#: where the keeps at 0 gave 164 and the short search then took 21 nodes; on random(10 layers, seed 6) at 57
-#: the whole root ran into RENS's 3 s cap with 267, against 255 from the keeps at 0); (2) the portfolio's
-#: child is not started before RENS: RENS and the short search mostly end before it would be ready, and
-#: spawning it takes both this process's time and the core HiGHS would use (race still starts it once the
-#: short search has run _CHILD_DELAY_S without a proof). bench_portfolio_tuning.py, *small programs as large
-#: ones*, times both against the rules for large programs (section *portfolio-tuning* at c888167: random(5
-#: layers, seed 6) at 37 0.100 s against 0.080 s, the other small instances within 10%).
+#: A *small* program has at most this many integer columns (the 5-layer random graphs of the benchmarks, not
+#: the 10-layer ones). On one, (1) where RENS's first neighbourhood holds no schedule, its widened try is the
+#: whole program at HiGHS's root (_RENS_WHOLE_OPTIONS) rather than the keeps the LP holds at 0: such a root is
+#: cheap there, and HiGHS's root rounding, reduced-cost fixing and restart often prove the optimum in it (on
+#: larger programs the whole root runs into RENS's cap); (2) the portfolio's child is not started before
+#: RENS: RENS and the short search mostly end before it would be ready, and spawning it takes both this
+#: process's time and the core HiGHS would use (race still starts it once the short search has run
+#: _CHILD_DELAY_S without a proof). Section *portfolio-tuning* of benchmarks/experiments/README.md, *small
+#: programs as large ones*, times both against the rules for large programs.
 _SMALL_PROGRAM_INTEGER = 400
 _RENS_WHOLE_OPTIONS = {"mip_max_nodes": 1}
 
@@ -289,9 +280,8 @@ def _rens(graph: Graph, sf, x: np.ndarray, budget_bytes: int, time_limit_s: floa
     close to it, and a better start lets the search that follows cut off
     more and fix more by reduced cost. At tight budgets the keeps the LP
     holds at 1 may admit no schedule; the neighbourhood is then widened to
-    the keeps it holds at 0 only, within what is left of the time
-    (random(10 layers, seed 6) at 57: the first is infeasible, the second
-    holds the optimum, 255, where no heuristic finds any schedule), or with
+    the keeps it holds at 0 only, within what is left of the time (on some
+    benchmark instances only that one holds any schedule at all), or with
     ``whole`` (a small program, :data:`_SMALL_PROGRAM_INTEGER`) to the whole
     program at HiGHS's root, whose dual bound, a bound on every schedule, is
     then ``stats["bound"]``.
@@ -350,7 +340,7 @@ def _rounded(graph: Graph, sf, x: np.ndarray, budget_bytes: int) -> tuple[Schedu
 def _rens_skipped(graph: Graph, start_cost: float | None, bound: float | None) -> bool:
     """Whether RENS is left out: with integer costs and the start one unit above the rounded ``bound``, only a
     schedule at the bound beats it, and the search that follows (the portfolio's short branch-and-cut first)
-    looks for one with a proof attached (section *portfolio-tuning* of ``benchmarks/README.md``)."""
+    looks for one with a proof attached (section *portfolio-tuning* of ``benchmarks/experiments/README.md``)."""
     return (start_cost is not None and bound is not None and _integer_costs(graph)
             and start_cost <= bound + 1 + 1e-9)
 
@@ -450,7 +440,9 @@ def solve_ilp(
         Options passed to the solver library under its own names (for
         example ``{"mip_heuristic_effort": 0.2}`` for HiGHS). With HiGHS and
         the strong formulation the default is ``{"mip_pscost_minreliable": 0}``
-        (see ``docs/formulation.rst``); what is given here overrides it.
+        (no strong branching to initialise pseudo-costs: the tuning history
+        in ``benchmarks/experiments/README.md``); what is given here
+        overrides it.
     cuts : bool
         Strengthen the strong formulation (graphs of up to 120 nodes) with
         the path inequalities and lifted cover inequalities its LP
@@ -465,7 +457,8 @@ def solve_ilp(
         inequalities at every node rather than at the root only and skips a
         general solver's root work. It proved some chains several times
         faster than HiGHS and failed to prove others HiGHS proves in 40 s
-        (``benchmarks/README.md``, sections *ilp* and *ilp-search*).
+        (section *ilp* of ``benchmarks/README.md``, section *ilp-search* of
+        ``benchmarks/experiments/README.md``).
         ``solver_options`` then takes its ``node_limit``, ``cut_rounds`` and
         ``cuts_per_round``. ``"portfolio"``: both at once
         (:mod:`remat_core.solvers.portfolio`), HiGHS's MILP in this process
@@ -700,7 +693,7 @@ def solve_ilp(
             if done is not None:
                 return done
         if late_lp_rounding and warm is not None:
-            # on the 21 instances of sections ilp and ilp-random it never beat the rounded root point or RENS
+            # on the benchmark instances it never beat the rounded root point or RENS (section ilp-root-bounds)
             stats["lp_rounding"] = {"skipped": "a schedule to start from exists", "cost": None}
         elif late_lp_rounding:
             t0 = time.perf_counter()
