@@ -17,8 +17,8 @@ solutions tighten branch-and-cut's cutoff, and branch-and-cut's reach HiGHS
 through its user-solution callback. (With its presolve on, HiGHS drops an
 outside solution that its reductions removed from the presolved program;
 with presolve off it takes every one, but it was slower on the benchmark
-instances, so presolve stays on: ``docs/formulation.rst``, section
-*Portfolio*.) Without a schedule to start from, branch-and-cut still runs:
+instances, so presolve stays on: the tuning history in
+``benchmarks/experiments/README.md``.) Without a schedule to start from, branch-and-cut still runs:
 its dives look for one while HiGHS proves infeasibility if there is none.
 Beside the child, HiGHS runs without its own RENS (``ilp`` searched that
 neighbourhood already) and without its root reduced-cost heuristic
@@ -58,25 +58,21 @@ log = logging.getLogger("remat_core.ilp")
 _KILL_GRACE_S = 5.0   # how long past the deadline the child may take to report at a time limit
 #: Before HiGHS starts, branch-and-cut searches in this process while the child's interpreter starts (on the
 #: other core): at most this many nodes (None: no limit), seconds, and share of the time limit. A small gap
-#: above a good start is often closed there in a few nodes, before HiGHS's root work would have finished
-#: (random(10 layers, seed 4) at 54: 3 nodes, under 0.1 s, where HiGHS took 0.5 s); otherwise its cheapest
-#: schedule starts both searches. Up to commit 2a7d0f1 it stopped at 50 nodes; without that limit random(5 layers,
-#: seed 4) at 44 was proven here in 73 nodes (0.12 s in all instead of 0.26 s, HiGHS then winning; section
-#: *portfolio-tuning*, *short search <= 50 nodes*; in 11 since the cover rows at every node, below).
+#: above a good start is often closed there in a few nodes, before HiGHS's root work would have finished;
+#: otherwise its cheapest schedule starts both searches. A node limit cost proofs that the short search
+#: would have found (section *portfolio-tuning* of benchmarks/experiments/README.md, *short search <= 50
+#: nodes*).
 _QUICK_NODES, _QUICK_S, _QUICK_SHARE = None, 0.5, 0.25
 #: The child's interpreter is ready about 0.26 s after it starts (its imports and a job of a few
 #: milliseconds, measured); once it is, the short search here only delays HiGHS, so it gets what is left of
 #: this time, and at least _QUICK_MIN_S (``ilp`` starts the child before RENS, which may have used that time
-#: already; section *portfolio-tuning* of benchmarks/README.md). 0.3 s was tried: random(10 layers, seed 7)
-#: at 59 then lost its short-search proof (0.13 s, 13 nodes) and took 1.05 s instead of 0.38 s.
+#: already). A shorter time lost short-search proofs (tuning history in benchmarks/experiments/README.md).
 _CHILD_READY_S, _QUICK_MIN_S = 0.4, 0.1
 #: ... but it stops there only once it has searched this many nodes, or run _QUICK_FLOOR_S past that time
 #: (and within _QUICK_S): whether a proof is within reach depends on nodes, not seconds, and a node takes from
-#: about 2 ms to over 30 ms with the graph's size (section *path-separation*, short search columns) and the
-#: machine's speed. After RENS's 0.2-0.3 s before the race, random(10 layers, seed 7) at 59 missed its proof
-#: here without the floor and HiGHS proved it instead, 1.47 s against 0.53 s (section *portfolio-tuning*,
-#: *no node floor*). Where no proof comes, the floor only delays HiGHS, hence the cap: without it
-#: random(16 layers, seed 7) at 84 took 4.22 s against 3.16 s (*node floor without its cap*).
+#: a few to tens of milliseconds with the graph's size and the machine's speed. Where no proof comes, the floor
+#: only delays HiGHS, hence the cap. Section *portfolio-tuning* of benchmarks/experiments/README.md times both
+#: (*no node floor*, *node floor without its cap*).
 _QUICK_MIN_NODES, _QUICK_FLOOR_S = 20, 0.15
 #: When ``race`` starts the child itself (``ilp`` starts it before RENS, and without RENS leaves it to
 #: ``race``), it does so once the short search has run this long without a proof: most small gaps are closed
@@ -84,16 +80,12 @@ _QUICK_MIN_NODES, _QUICK_FLOOR_S = 20, 0.15
 _CHILD_DELAY_S = 0.02
 #: The short search separates lifted cover inequalities at every node as well as path inequalities (besides
 #: keeping the root's cover rows; ``branch_and_cut``'s ``cover_cuts``): its gaps are small, and there they
-#: close in far fewer nodes (random(5 layers, seed 4) at 44 from the optimum: 11 instead of 73; timed by
-#: bench_portfolio_tuning.py, *no cover cuts in the short search*: 0.206 s against 0.068 s there, and 0.269 s
-#: against 0.075 s on random(5 layers, seed 2) at 54, at c888167). The child's long search keeps neither
-#: (``cover_rows``).
+#: close in far fewer nodes (section *portfolio-tuning* of benchmarks/experiments/README.md, *no cover cuts in
+#: the short search*). The child's long search keeps neither (``cover_rows``).
 _QUICK_COVER_CUTS = True
 #: ... and rounds every node's LP point into a schedule (``branch_and_cut``'s ``node_rounding``, the threshold
-#: sweep only): a better incumbent early cuts the rest of a short search (random(10 layers, seed 5) at 48
-#: from the rounded root point: 5 nodes instead of 12; timed by bench_portfolio_tuning.py, *no node rounding
-#: in the short search*: 0.223 s against 0.177 s at c888167). Randomized draws besides cost more per node than
-#: they saved in one-off runs.
+#: sweep only): a better incumbent early cuts the rest of a short search (section *portfolio-tuning*, *no node
+#: rounding in the short search*). Randomized draws besides cost more per node than they saved.
 _QUICK_NODE_ROUNDING = True
 _PROOFS = (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE)
 
