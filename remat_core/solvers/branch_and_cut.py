@@ -16,7 +16,8 @@ It spends no time on a general solver's root work (its own cut loop, sub-MIP
 heuristics), which on some chains is most of HiGHS's time; it also lacks
 that solver's cuts, conflict analysis and best-bound node selection, and
 loses where those matter. ``benchmarks/bench_ilp.py`` and
-``benchmarks/bench_ilp_search.py`` measure both (``docs/formulation.rst``).
+``benchmarks/experiments/bench_ilp_search.py`` measure both
+(``docs/formulation.rst``, section *Branch-and-cut*).
 """
 
 from __future__ import annotations
@@ -102,29 +103,28 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
         Separation rounds per node and rows per round.
     cover_rows : bool
         Keep the lifted cover rows of ``ilp``'s root rounds in the LPs. They
-        tighten every node's bound, which closes small gaps in fewer nodes
-        (random(10 layers, seed 7) at 59: 11 nodes instead of 157), but they
-        also move the LP optima, and on long searches the dives go astray
-        (random(16 layers, seed 3) at 87: 969 nodes instead of 583); off by
-        default, on in the portfolio's short first search.
+        tighten every node's bound, which closes small gaps in fewer nodes,
+        but they also move the LP optima, and on long searches the dives go
+        astray (the node counts are in the tuning history of
+        ``benchmarks/experiments/README.md``); off by default, on in the
+        portfolio's short first search.
     cover_cuts : bool
         Also separate lifted cover inequalities of the knapsack rows
         (:func:`~remat_core.formulation.cuts.cover_inequalities`) at every
         node, beside the path inequalities; like those they stay in the LP.
         On the small gaps of the portfolio's short first search they cut the
-        tree (random(5 layers, seed 4) at 44 from ``ilp``'s root and the
-        optimum: 11 nodes instead of 73; ``benchmarks/bench_portfolio_tuning.py``,
-        *no cover cuts in the short search*, times it); off by default, for
-        the reason given for ``cover_rows``.
+        tree (section *portfolio-tuning* of
+        ``benchmarks/experiments/README.md``, *no cover cuts in the short
+        search*); off by default, for the reason given for ``cover_rows``.
     node_rounding : bool
         At every node whose LP point is fractional (and not cut off), round
         its keeps as lp-rounding does (the threshold sweep, each candidate
         with the optimal recomputation, simulated) and take the cheapest
         that fits as the incumbent if it beats it. A depth-first search
         otherwise improves its incumbent only where a dive ends; a better one
-        early cuts the rest of the tree: from a start one unit above the
-        optimum, random(10 layers, seed 5) at 48 is proven in 5 nodes
-        instead of 12. Off by default; on in the portfolio's short search.
+        early cuts the rest of the tree (section *portfolio-tuning*, *no
+        node rounding in the short search*). Off by default; on in the
+        portfolio's short search.
     rounding_samples : int
         With ``node_rounding``, this many seeded randomized roundings per node
         besides the sweep (without a start they find schedules the sweep
@@ -180,10 +180,9 @@ def branch_and_cut(sf: StandardForm, *, start: np.ndarray | None = None, time_li
     binaries = np.flatnonzero(sf.integrality)
     s_cols, s_stage = np.asarray(sf.s_col), np.asarray(sf.s_t)
 
-    # the knapsack rows are there for a MILP solver's cover cuts; this search derives none, and with them
-    # its LP optima sat on other vertices: random(10) at 60 took 305 nodes instead of 20 (docs/formulation.rst).
-    # The lifted cover rows of ilp's root rounds likewise: with them random(16, seed 3) at 87 took 969 nodes
-    # (109 s) instead of 583 (50 s), and separated at every node too, it had not proved it in 120 s.
+    # the knapsack rows are there for a MILP solver's cover cuts; this search derives none, and with them its
+    # LP optima sit on other vertices, whose dives go astray; the lifted cover rows of ilp's root rounds
+    # likewise, except on the small gaps of a short search (runs: benchmarks/experiments/README.md).
     lp = without_family(sf, "knapsack")
     if not cover_rows:
         lp = without_family(lp, "cover_inequalities")

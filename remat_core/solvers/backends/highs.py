@@ -44,9 +44,8 @@ _threads_in_use: int | str | None = None   # the size of HiGHS's process-wide th
 
 
 #: HiGHS's presolve for the LPs of LPSequence and of branch-and-cut (not for MILPs): it cost more than it saved
-#: on these programs; the root LP of random(16 layers, seed 4) took 21 ms without it and 83 ms with it, and the
-#: portfolio's short branch-and-cut proved every instance it proves sooner without it (benchmarks/README.md,
-#: section lp-presolve).
+#: on every program tried, for the root LP and for the portfolio's short branch-and-cut (section lp-presolve of
+#: benchmarks/experiments/README.md).
 _LP_PRESOLVE = "off"
 
 
