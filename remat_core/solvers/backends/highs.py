@@ -43,9 +43,9 @@ _STATUS = {
 _threads_in_use: int | str | None = None   # the size of HiGHS's process-wide thread pool
 
 
-#: HiGHS's presolve for the LPs of LPSequence and of branch-and-cut (not for MILPs): it cost more than it saved
-#: on every program tried, for the root LP and for the portfolio's short branch-and-cut (section lp-presolve of
-#: benchmarks/experiments/README.md).
+#: HiGHS's presolve for the LPs of LPSequence and of branch-and-cut (not for MILPs): it cost more than it saved.
+#: The root LP was faster without it on every program tried, the portfolio's short branch-and-cut on nearly
+#: every one (section lp-presolve of benchmarks/experiments/README.md).
 _LP_PRESOLVE = "off"
 
 
