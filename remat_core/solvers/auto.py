@@ -203,15 +203,35 @@ def solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None = 60.
     >>> res.status.value, res.stats["path"]
     ('optimal', 'ilp')
     """
-    from . import _METHODS, validate_time_limit
+    from . import validate_time_limit
 
     validate_time_limit(time_limit_s)
     start = time.perf_counter()
     left = (lambda: None) if time_limit_s is None else (  # noqa: E731
         lambda: float(time_limit_s) - (time.perf_counter() - start) - _RESERVE_S)
-    best = _Best(graph, budget_bytes)
     path = choose_path(graph, time_limit_s, memory_limit_bytes)
+    from ._deadline import DeadlineChild, in_child
 
+    early: DeadlineChild | None = None
+    if path in ("ilp", "lp-rounding") and time_limit_s is not None and not in_child():
+        # the exact method starts first, in a child killed at the limit, and runs beside the heuristics below
+        # (it warm-starts itself with them); it gets the whole limit rather than what the heuristics leave
+        opts0: dict[str, Any] = {"verbose": verbose}
+        if path == "ilp":
+            opts0["threads"] = threads
+        early = DeadlineChild(path, graph, budget_bytes, opts0, start + float(time_limit_s) - _RESERVE_S)
+    try:
+        return _solve_auto(graph, budget_bytes, time_limit_s, threads, verbose, start, left, path, early)
+    finally:
+        if early is not None:
+            early.close()
+
+
+def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, threads: int | None, verbose: bool,
+                start: float, left: Any, path: str, early: Any) -> RematResult:
+    from . import _METHODS
+
+    best = _Best(graph, budget_bytes)
     sim_s = 0.0   # one simulation's time, measured on checkpoint-all (the first baseline)
     for name in BASELINES:
         if name not in _METHODS:
@@ -239,7 +259,11 @@ def solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None = 60.
         opts: dict[str, Any] = {"verbose": verbose}
         if path == "ilp":
             opts.update(threads=threads, warm_start=best.result.schedule if best.result is not None else True)
-        res, why = _exact(path, graph, budget_bytes, opts, None if time_limit_s is None else start + float(time_limit_s))
+        if early is not None:
+            res, why = early.wait()
+        else:
+            res, why = _exact(path, graph, budget_bytes, opts,
+                              None if time_limit_s is None else start + float(time_limit_s))
         if res is not None:
             best.offer(path, res)
         else:
