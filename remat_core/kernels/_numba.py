@@ -309,6 +309,17 @@ def _dtr_walk(v, t, down, dep_ptr, dep_idx, user_ptr, user_idx, resident, last_u
 
 
 @njit(cache=True, nogil=True)
+def _res_remove(v, resident, res_list, res_pos, n_res):  # pragma: no cover - compiled
+    """Take ``v`` off the resident list (swap with the last entry); returns the new length."""
+    resident[v] = False
+    last = res_list[n_res - 1]
+    res_list[res_pos[v]] = last
+    res_pos[last] = res_pos[v]
+    res_pos[v] = -1
+    return n_res - 1
+
+
+@njit(cache=True, nogil=True)
 def _dtr_can_free(i, t, user_ptr, user_idx, resident, last_use):  # pragma: no cover - compiled
     if last_use[i] > t:
         return False
@@ -454,12 +465,7 @@ def dtr(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, h
                     info[5] = computations
                     info[6] = evictions
                     return info, R_ptr, R_idx[:r_size].copy(), S_ptr, S_idx[:s_size].copy()
-                resident[best] = False
-                last = res_list[n_res - 1]
-                res_list[res_pos[best]] = last
-                res_pos[last] = res_pos[best]
-                res_pos[best] = -1
-                n_res -= 1
+                n_res = _res_remove(best, resident, res_list, res_pos, n_res)
                 current -= mem[best]
                 evictions += 1
                 if computed_stage[best] != t and used_stage[best] != t:
@@ -493,22 +499,12 @@ def dtr(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, h
                 last_access[i] = clock
                 pins[i] -= 1
                 if pins[i] == 0 and resident[i] and _dtr_can_free(i, t, user_ptr, user_idx, resident, last_use):
-                    resident[i] = False
-                    last = res_list[n_res - 1]
-                    res_list[res_pos[i]] = last
-                    res_pos[last] = res_pos[i]
-                    res_pos[i] = -1
-                    n_res -= 1
+                    n_res = _res_remove(i, resident, res_list, res_pos, n_res)
                     current -= mem[i]
                     _dtr_leave(i, t, heuristic, dep_ptr, dep_idx, user_ptr, user_idx, resident, last_use, cost,
                                parent, size, class_cost, in_uf)
             if pins[k] == 0 and _dtr_can_free(k, t, user_ptr, user_idx, resident, last_use):
-                resident[k] = False
-                last = res_list[n_res - 1]
-                res_list[res_pos[k]] = last
-                res_pos[last] = res_pos[k]
-                res_pos[k] = -1
-                n_res -= 1
+                n_res = _res_remove(k, resident, res_list, res_pos, n_res)
                 current -= mem[k]
                 _dtr_leave(k, t, heuristic, dep_ptr, dep_idx, user_ptr, user_idx, resident, last_use, cost,
                            parent, size, class_cost, in_uf)
