@@ -9,8 +9,7 @@ the values alive across each stage, so a wide 200-node graph can be larger
 than a 400-node chain.
 
 * up to :data:`ILP_MAX_NONZEROS` (about 80 nodes of a random training graph
-  or of a U-Net): ``ilp``, the exact MILP, warm-started with the cheapest
-  baseline; it usually proves the optimum inside the limit;
+  or of a U-Net): ``ilp``, the exact MILP;
 * up to :data:`LP_MAX_NONZEROS` (about 270 nodes of ResNet-32): ``lp-rounding``
   (one LP relaxation, rounded), which also gives a lower bound;
 * beyond, when the estimated model would not fit ``memory_limit_bytes``, or
@@ -19,14 +18,18 @@ than a 400-node chain.
   the large-graph path, no formulation at all (the baselines, ``dtr`` when it
   is registered, and ``segments`` when it is registered).
 
-Whatever the path, the applicable baselines (``dtr`` included) run first
-(milliseconds to a few seconds) and the cheapest of them is the incumbent,
-so ``auto`` is never worse than the best baseline at the same budget. An
-incumbent that is not proven optimal is improved by
+With a time limit, the exact method of those two paths runs in a child
+process started first (:mod:`~remat_core.solvers._deadline`), beside the
+heuristics, and is stopped at the limit. Whatever the path, the applicable
+baselines (``dtr`` included; milliseconds to a few seconds, a family skipped
+when its simulations would not fit the time left) run and the cheapest of
+them is the incumbent, so ``auto`` is never worse than the best baseline it
+ran. An incumbent that is not proven optimal is improved by
 :func:`~remat_core.solvers.segments.polish` (keep recomputed values where
-the memory profile leaves room, the simulator judging) while time is left. The result's lower bound is
-the best one computed: the MILP's or LP's where one ran, else the sum of the
-node costs (every node is computed at least once), which holds at every size.
+the memory profile leaves room, the simulator judging) while time is left.
+The result's lower bound is the best one computed: the MILP's or LP's where
+one ran, else the sum of the node costs (every node is computed at least
+once), which holds at every size.
 """
 
 from __future__ import annotations
