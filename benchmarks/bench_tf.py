@@ -206,9 +206,10 @@ def main() -> None:
         "Measured: TensorFlow allocator peak during one `compute_gradients` step minus the bytes in use before "
         f"it ({'GPU allocator' if device.startswith('GPU') else 'CPU BFC allocator, TF_CPU_ALLOCATOR_USE_BFC=true'}"
         "). Predicted: the simulator's peak minus weights and batch. `recomputed`: extra node computations in "
-        "the plan; `reruns`: backward nodes that re-ran their layer's forward because the plan recomputed an "
-        "input of a layer whose output it kept (see remat_tf.execute); the executed cost counts them, the plan's "
-        f"cost does not. Step: median of {5 if not args.quick else 2} `compute_gradients` calls.",
+        "the plan; `reruns`: backward nodes whose layer's forward really re-ran (the plan recomputed an input of "
+        "a layer whose output it kept and the executor could not point the gradient at the kept tensors, see "
+        "remat_tf.execute); the executed cost counts them, the plan's cost does not. Step: median of "
+        f"{5 if not args.quick else 2} `compute_gradients` calls, same run.",
         "",
         _report.table(
             ["plan", "budget (fraction of activations)", "predicted MiB", "measured MiB", "measured / predicted",

@@ -18,11 +18,15 @@ the plan.
 * A backward node sums the gradient contributions of the layer's users (and
   the loss) and takes the vector-Jacobian product on the tape of the layer's
   output it reads. That tape's gradient reads the tensors the layer was
-  computed from; when the plan recomputed one of them after the layer's
-  output (the output is kept across a recomputed input), reading the old one
-  would keep it alive, so the layer's forward is re-run from the current
-  inputs instead (the graph counts that re-run in the backward node's
-  workspace; :attr:`RunInfo.forward_reruns` counts them).
+  computed from. When the plan recomputed one of them after the layer's output
+  (it keeps the output across a recomputed input), reading the old one would
+  keep it alive: the layer is traced again on the current inputs and its
+  gradient ops are pointed at the kept output and residuals instead of the
+  re-traced ones (:func:`_reuse_old_forward`), so the re-traced forward has no
+  reader and the runtime prunes it. Where that is not possible (eager
+  execution, a layer that traces differently) the forward really re-runs: the
+  graph counts that in the backward node's workspace and
+  :attr:`RunInfo.forward_reruns` counts it.
 * Weight gradients are taken from a backward node's first computation only and
   summed over the calls of a shared layer, in the order of
   ``model.trainable_variables``.
@@ -84,6 +88,49 @@ class _FwdValue:
     tape: Any
     xs: list
     source: tuple  # registers of the producer values it was computed from
+    ops: list = field(default_factory=list)  # graph operations the forward created (graph mode)
+
+
+def _ops_since(graph, start: int) -> list:
+    return graph.get_operations()[start:] if graph is not None else []
+
+
+def _reuse_old_forward(new_ops: list, old_ops: list, grad_ops: list) -> bool:
+    """Point the gradient ops of a re-run forward at the kept forward's tensors; True if the re-run is dead.
+
+    The re-run (same layer, same inputs' values, same variable state) creates
+    the same operations as the kept forward. Its tensors that the gradient
+    reads (the output, a mask, ...) are replaced by the kept instance's, which
+    the plan holds; the layer's inputs stay the current ones. When no op but
+    the re-run's own reads it afterwards, the runtime prunes the re-run and
+    nothing is computed twice.
+    """
+    # a variable's first read in the function also creates its capture placeholder: not part of the layer
+    new_ops = [op for op in new_ops if op.type != "Placeholder"]
+    old_ops = [op for op in old_ops if op.type != "Placeholder"]
+    if not new_ops or len(new_ops) != len(old_ops) or any(a.type != b.type for a, b in zip(new_ops, old_ops)):
+        return False
+    if any(len(a.outputs) != len(b.outputs) for a, b in zip(new_ops, old_ops)):
+        return False
+    twin = {}
+    for a, b in zip(new_ops, old_ops):
+        if a.type in ("ReadVariableOp", "Const"):
+            continue
+        for ta, tb in zip(a.outputs, b.outputs):
+            twin[ta.name] = tb
+    for op in grad_ops:
+        for i, t in enumerate(op.inputs):
+            if t.name in twin:
+                op._update_input(i, twin[t.name])
+    fresh = {op.name for op in new_ops}
+    for op in new_ops:
+        if op.type in ("ReadVariableOp", "Const"):
+            continue
+        if any(c.name not in fresh for t in op.outputs for c in t.consumers()):
+            return False
+        if any(c.name not in fresh for c in op._control_outputs):
+            return False
+    return True
 
 
 def _forward(eg: ExtractedGraph, c: int, xs: list, state: list):
@@ -196,6 +243,7 @@ def run_plan(eg: ExtractedGraph, plan: ExecutionPlan, inputs: list, targets: lis
     prev: list = []
     prev_fixed: list = []
     tf_graph = tf.compat.v1.get_default_graph() if record is not None else None
+    graph_ops = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
 
     def value_of(ref, dep_reg):
         if ref[0] == "input":
@@ -218,12 +266,13 @@ def run_plan(eg: ExtractedGraph, plan: ExecutionPlan, inputs: list, targets: lis
                 xs = [value_of(ref, dep_reg) for ref in call.inputs]
                 if first:
                     pre_state[c] = list(state.values())
+                op_start = len(graph_ops.get_operations()) if graph_ops is not None else 0
                 outs, tape, updates = _forward(eg, c, xs, pre_state[c])
                 if first:
                     for v, val in updates:
                         state[id(v)] = (v, val)
                 source = tuple(dep_reg[p] for p in call.producers)
-                regs[s.register] = _FwdValue(outs, tape, xs, source)
+                regs[s.register] = _FwdValue(outs, tape, xs, source, _ops_since(graph_ops, op_start))
                 value = outs
             elif kind == "loss":
                 flat = [regs[dep_reg[oc]].outs[o] for oc, o in eg.outputs]
@@ -254,13 +303,17 @@ def run_plan(eg: ExtractedGraph, plan: ExecutionPlan, inputs: list, targets: lis
                 call = calls[c]
                 fv: _FwdValue = regs[dep_reg[c]]
                 source = tuple(dep_reg[p] for p in call.producers)
+                old = None
                 if fv.source != source:
-                    # the output's tape reads inputs the plan has recomputed since: re-run the layer
+                    # the output's tape reads inputs the plan has recomputed since (reading the old ones would
+                    # keep them alive): trace the layer again on the current inputs, then let its gradient read
+                    # the kept forward's tensors where it can (see _reuse_old_forward)
+                    old = fv
                     xs = [value_of(ref, dep_reg) for ref in call.inputs]
+                    op_start = len(graph_ops.get_operations()) if graph_ops is not None else 0
                     outs, tape, _ = _forward(eg, c, xs, pre_state[c])
-                    fv = _FwdValue(outs, tape, xs, source)
-                    info.forward_reruns += 1
-                    info.rerun_calls.append(c)
+                    fv = _FwdValue(outs, tape, xs, source, _ops_since(graph_ops, op_start))
+                    grad_start = len(graph_ops.get_operations()) if graph_ops is not None else 0
                 dys, extra = [], []
                 for o in range(call.n_outputs):
                     parts = [regs[dep_reg[eg.backward_index[u]]].get((c, o)) for u in call.users]
@@ -271,6 +324,10 @@ def run_plan(eg: ExtractedGraph, plan: ExecutionPlan, inputs: list, targets: lis
                             extra.append((fv.outs[o]._keras_logits, seeds[("logits", c, o)]))
                     dys.append(_sum(parts))
                 in_grads, w_grads = _vjp(eg, c, fv, dys, extra)
+                if old is not None and not (graph_ops is not None and _reuse_old_forward(
+                        fv.ops, old.ops, _ops_since(graph_ops, grad_start))):
+                    info.forward_reruns += 1
+                    info.rerun_calls.append(c)
                 regs[s.register] = {(call.inputs[i][1], call.inputs[i][2]): g
                                     for i, g in zip(call.grad_inputs, in_grads)}
                 if first:

@@ -29,9 +29,8 @@ the node that created it:
 * of a backward node = the gradients with respect to its inputs;
 * ``workspace_bytes`` of a forward node = the other tensors the layer creates
   (an upper bound on its temporaries); of a backward node = the gradient's own
-  temporaries plus a re-run of the layer's forward (the executor re-runs it
-  when the plan recomputed one of the layer's inputs after its output, see
-  :mod:`remat_tf.execute`);
+  temporaries plus a re-run of the layer's forward (kept conservative: the
+  executor normally avoids the re-run, see :mod:`remat_tf.execute`);
 * ``fixed_bytes`` = every weight, one gradient per trainable weight, the
   example inputs and targets.
 
