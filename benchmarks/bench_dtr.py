@@ -41,6 +41,27 @@ from remat_core.solvers.dtr import HEURISTICS, _smallest_success, dtr_run  # noq
 FRACTIONS = [0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
 EXACT_GRAPHS = ["U-Net_6", "ResNet-32_56"]
 PUBLISHED = "1.06x (Transformer) to 1.18x (DenseNet) at 0.5 of the peak; 0.2x of the peak reached on most models"
+SIM_NOTES = """Reading the tables:
+
+* "ilp" and "lp-rounding" at 0.5: where a cell says *not solved*, the method returned another method's schedule
+  (its fallback), so there is no optimum to compare with; a *bound* is the LP relaxation's lower bound on every
+  schedule's cost, relative to checkpoint-all.
+* The paper's figures come from its own simulator (depth-first recomputation, its own memory model); ours is the
+  same evictor recorded as a Checkmate schedule and judged by our simulator, so the comparison is of magnitude,
+  graph by graph, not of identical quantities.
+* Where DTR fails here, the cause is the representation: a stage's recomputations run in ascending node order
+  (the simulator's), so a recomputation that reaches back to the first nodes of the order holds all their values
+  at once. The LSTM and TreeLSTM recordings put their source nodes (258 and 254 of them; 42% of the LSTM's peak)
+  first in the order, long before their readers; the paper's depth-first replay recomputes each just before its
+  reader. Values past their last use are kept while an evicted value still needs them (freeing them made the
+  LSTM's recomputations replay the whole forward pass), which is not enough on those two graphs.
+* The plot's y axis is clipped at 2 (TreeLSTM's overheads below 0.7 of the peak are 10x to 40x)."""
+LIVE_NOTES = """Reading the table: the tracked peak is what the runtime budgets (the storages operators return inside the
+block); the allocator peak also sees what it does not: scratch memory inside operators (the CPU convolution's
+buffers) and the extra outputs of a replayed multi-output operator, which is why it exceeds the tracked peak on the
+CNN. The time ratio is mostly the runtime's Python cost per operator call (dispatch, a run on meta tensors to size
+the outputs, the eviction scan): small on the CNN (138 operators of tens of ms), large on the recursive network
+(1915 small operators). At 0.3 the recursive network thrashes and is stopped (`max_replay_factor`)."""
 
 
 def overhead(g, schedule) -> float:
@@ -55,7 +76,8 @@ def exact_child(name: str, method: str, budget: int, limit_s: float) -> dict:
         f"opts = dict(time_limit_s={limit_s}); "
         f"r = solve(g, {budget}, method={method!r}, **opts); "
         "print(json.dumps(dict(status=r.status.value, objective=r.objective, lower_bound=r.lower_bound, "
-        "base=float(g.cost.sum()), time_s=r.solve_time_s)))")
+        "base=float(g.cost.sum()), time_s=r.solve_time_s, fallback=r.stats.get('fallback_method'), "
+        "why=str(r.stats.get('why', ''))[:120])))")
     cmd = ["prlimit", "--as=6000000000", sys.executable, "-c", code]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=limit_s + 60)
@@ -106,9 +128,10 @@ def plot_sim(raw: dict, path: str) -> None:
             xs = [float(f) for f, v in d["overhead"].items() if v is not None]
             ys = [v for v in d["overhead"].values() if v is not None]
             ax.plot(xs, ys, marker="o", ms=3, label=h, lw=1.2 if h in ("h_dtr", "h_dtr_eq") else 0.8)
-        ex = raw[name].get("exact", {}).get("ilp", {})
-        if ex.get("objective"):
-            ax.plot([0.5], [ex["objective"] / ex["base"]], "k*", ms=10, label="ilp")
+        for m, mark in (("ilp", "k*"), ("lp-rounding", "kx")):
+            ex = raw[name].get("exact", {}).get(m, {})
+            if ex.get("objective") and not ex.get("fallback"):
+                ax.plot([0.5], [ex["objective"] / ex["base"]], mark, ms=9, label=m)
         ax.axhspan(1.06, 1.18, xmin=0, xmax=1, color="grey", alpha=0.12)
         ax.set_title(name, fontsize=9)
         ax.set_xlim(0.15, 1.05)
@@ -142,6 +165,8 @@ def render_sim(raw: dict) -> str:
             d = e.get("exact", {}).get(m)
             if not d:
                 ex.append("-")
+            elif d.get("fallback"):   # the method did not solve: it returned another method's schedule
+                ex.append(f"not solved ({d['why'].split(';')[0].split(': ', 1)[-1]})")
             elif d.get("objective"):
                 lb = f", bound {d['lower_bound'] / d['base']:.3f}" if d.get("lower_bound") else ""
                 ex.append(f"{d['objective'] / d['base']:.3f} ({d['status']}{lb}, {d['time_s']:.0f} s)")
@@ -269,13 +294,16 @@ def render_live(rows: list[dict]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", choices=("sim", "live", "all"), default="all")
+    ap.add_argument("--part", choices=("sim", "live", "all", "none"), default="all")
     ap.add_argument("--quick", action="store_true", help="three graphs, no ilp, one timing run")
     ap.add_argument("--ilp-limit", type=float, default=120.0, help="time limit of ilp / lp-rounding (0: skip)")
     ap.add_argument("--repeats", type=int, default=5, help="timing runs of the live part")
+    ap.add_argument("--report-only", action="store_true", help="rewrite the README section from the saved results")
     args = ap.parse_args()
     path = os.path.join(RESULTS, "dtr.json")
     saved = json.load(open(path)) if os.path.exists(path) else {}
+    if args.report_only:
+        args.part = "none"
     if args.part in ("sim", "all"):
         graphs = ["U-Net_6", "ResNet-32_56", "Transformer_10"] if args.quick else DTR_GRAPHS
         saved["sim"] = run_sim(graphs, 0 if args.quick else args.ilp_limit)
@@ -290,11 +318,11 @@ def main() -> None:
         parts += [saved["sim_header"] + ".",
                   "Compute over checkpoint-all (every node once) at 0.5 of the checkpoint-all peak, per heuristic; "
                   f"published (DTR paper, h_DTR_eq, their simulator): {PUBLISHED}. Plot: `results/dtr.png`.",
-                  render_sim(saved["sim"]), "![dtr](results/dtr.png)"]
+                  render_sim(saved["sim"]), "![dtr](results/dtr.png)", SIM_NOTES]
     if "live" in saved:
         parts += [saved["live_header"] + ". One training step on CPU (one thread), budgets as fractions of the "
                   "activation memory the runtime tracks for the step; the machine is shared and noisy, times are "
-                  "medians of alternating runs.", render_live(saved["live"])]
+                  "medians of alternating runs.", render_live(saved["live"]), LIVE_NOTES]
     write_section("dtr", "\n\n".join(parts))
 
 
