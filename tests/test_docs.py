@@ -29,6 +29,10 @@ PAGES = sorted(glob.glob(os.path.join(DOCS, "*.rst"))) + [os.path.join(ROOT, "RE
 CHECKED = {"index.rst", "tutorial_core.rst", "choosing.rst", "concepts.rst", "cli.rst", "README.md"}
 # `make demo` runs the demo (minutes); every other CLI example runs here
 NOT_RUN = ("remat demo",)
+# pages whose examples train framework models for a minute or more (tests/torch/test_torch_tutorial.py also runs
+# the PyTorch one): run with -m slow
+SLOW_PAGES = {"tutorial_torch.rst", "tutorial_keras.rst"}
+SHARED = os.path.normpath(os.path.join(ROOT, "..", "shared"))
 
 
 def _name(path: str) -> str:
@@ -91,20 +95,31 @@ PY_PAGES = [p for p in PAGES if python_blocks(p)]
 CLI_PAGES = [p for p in PAGES if cli_examples(p)]
 
 
-@pytest.mark.parametrize("page", PY_PAGES, ids=_name)
+def _run_dir(tmp_path):
+    """A fresh folder where ``../shared`` is the data folder, as it is from the repository root."""
+    run = tmp_path / "run"
+    run.mkdir()
+    if os.path.isdir(SHARED):
+        (tmp_path / "shared").symlink_to(SHARED)
+    return run
+
+
+@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.slow) if _name(p) in SLOW_PAGES else p
+                                  for p in PY_PAGES], ids=_name)
 def test_python_examples_run(page, tmp_path):
     blocks = python_blocks(page)
     for mod in _needs(blocks):
         if importlib.util.find_spec(mod) is None:
             pytest.skip(f"{_name(page)} needs {mod}")
-    (tmp_path / "blocks.json").write_text(json.dumps(blocks))
-    (tmp_path / "runner.py").write_text(_RUNNER)
+    run = _run_dir(tmp_path)
+    (run / "blocks.json").write_text(json.dumps(blocks))
+    (run / "runner.py").write_text(_RUNNER)
     env = {**os.environ, "MPLBACKEND": "Agg", "HF_HUB_OFFLINE": "1", "PYTHONPATH": ROOT}
-    res = subprocess.run([sys.executable, "runner.py", "blocks.json", "out.json"], cwd=tmp_path, env=env,
+    res = subprocess.run([sys.executable, "runner.py", "blocks.json", "out.json"], cwd=run, env=env,
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, f"{_name(page)}: {res.stderr[-3000:]}"
     if _name(page) in CHECKED:
-        outputs = json.loads((tmp_path / "out.json").read_text())
+        outputs = json.loads((run / "out.json").read_text())
         for block, out in zip(blocks, outputs):
             expected = _expected(block)
             assert out.splitlines()[: len(expected)] == expected, (_name(page), block)
@@ -113,9 +128,10 @@ def test_python_examples_run(page, tmp_path):
 @pytest.mark.parametrize("page", CLI_PAGES, ids=_name)
 def test_cli_examples_run(page, tmp_path):
     env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONPATH": ROOT}
+    run = _run_dir(tmp_path)
     for line in cli_examples(page):
         args = shlex.split(line)[1:]
-        res = subprocess.run([sys.executable, "-m", "remat_core.cli", *args], cwd=tmp_path, env=env,
+        res = subprocess.run([sys.executable, "-m", "remat_core.cli", *args], cwd=run, env=env,
                              capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, f"{_name(page)}: `{line}` exited {res.returncode}: {res.stderr[-2000:]}"
         assert res.stdout.strip(), line
