@@ -311,7 +311,7 @@ def plot_memory_timeline(
         longest = max(longest, len(mem))
     if graph.fixed_bytes > 0:
         ax.axhspan(0, graph.fixed_bytes / scale, color="0.85", zorder=0,
-                   label=f"fixed: parameters, gradients, inputs ({format_bytes(graph.fixed_bytes)})")
+                   label=f"fixed, always resident ({format_bytes(graph.fixed_bytes)})")
     if budget_bytes is not None:
         ax.axhline(budget_bytes / scale, color="crimson", ls="--", lw=1, zorder=2, label=f"budget {format_bytes(budget_bytes)}")
         top = max(top, float(budget_bytes))

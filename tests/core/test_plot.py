@@ -139,6 +139,6 @@ def test_memory_timeline(tmp_path, ext):
     # the fixed bytes are a band from 0
     (band,) = ax.patches
     assert _extent(band, 1) == pytest.approx((0.0, 5.0))  # 5 MiB on a MiB axis
-    assert band.get_label().startswith("fixed: parameters, gradients, inputs (5.00 MiB)")
+    assert band.get_label() == "fixed, always resident (5.00 MiB)"
     # the method without a schedule is named, with its status
     assert [t.get_text() for t in ax.texts] == ["no schedule: ca: infeasible"]
