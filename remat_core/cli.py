@@ -622,14 +622,16 @@ def _cmd_methods(args: argparse.Namespace) -> int:
 
     rows = []
     for m in available_methods():
-        doc = inspect.getdoc(get_method(m)) or ""
-        rows.append((m, doc.split("\n\n")[0].replace("\n", " ")))
+        doc = (inspect.getdoc(get_method(m)) or "").split("\n\n")[0].replace("\n", " ")
+        doc = doc.removeprefix(f"``{m}``: ").replace("``", "")
+        rows.append((m, doc[:1].upper() + doc[1:]))
     if args.json:
         print(json.dumps([{"method": m, "summary": d} for m, d in rows], indent=1))
     else:
         width = max(len(m) for m, _ in rows)
         for m, d in rows:
-            print(f"{m:<{width}}  {d[:100 - width]}")
+            room = 100 - width
+            print(f"{m:<{width}}  {d if len(d) <= room else d[:room - 3].rsplit(' ', 1)[0] + ' ...'}")
     return 0
 
 
