@@ -185,6 +185,8 @@ def main() -> None:
                           repeats=2 if args.quick else 5)
     mib = 2.0 ** 20
     text = [
+        "## tf",
+        "",
         f"Command: `{_report.command_line()}`  ",
         f"Machine: {_report.machine_line()}; TensorFlow {tf.__version__}, Keras {keras.__version__}, "
         f"device {device}. The machine is shared with other engineers' jobs (noisy); ratios are within one run.",
