@@ -217,7 +217,8 @@ class RematModule(torch.nn.Module):
     result : remat_core.RematResult
     plan : remat_core.ExecutionPlan
     predicted_peak_bytes : int
-        The simulator's peak for that plan.
+        The peak of that plan in the memory model (at most the simulator's
+        peak of its schedule, ``result.peak_memory_bytes``).
     last_peak_bytes : int or None
         The executor's tracked peak of the last training step.
     num_plans : int
@@ -281,8 +282,9 @@ class RematModule(torch.nn.Module):
 
     @property
     def predicted_peak_bytes(self) -> int | None:
-        r = self._cur().result
-        return int(r.peak_memory_bytes) if r.peak_memory_bytes is not None else None
+        # the executed plan's peak in the memory model: the schedule's simulated peak where the plan frees
+        # where the simulator does, lower where it frees earlier (hoisting)
+        return int(self._cur().executor.predicted_peak_bytes)
 
     @property
     def num_plans(self) -> int:

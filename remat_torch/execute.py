@@ -90,6 +90,9 @@ class Executor:
 
     Attributes
     ----------
+    predicted_peak_bytes : int
+        The plan's peak in the graph's memory model (:func:`remat_core.plan.replay`;
+        fixed bytes included).
     peak_bytes : int
         Peak of the last step (fixed bytes included): tracked with ``track``
         or ``measure``, else the plan's peak in the memory model.
@@ -141,10 +144,9 @@ class Executor:
         self.compute_counts = plan.compute_counts()
         self.ops_run = int(sum(int(c) * len(g.ops) for c, g in zip(self.compute_counts, extracted.groups)))
         rep = replay(extracted.graph, plan)
-        self._model_peak = int(rep.peak_memory_bytes)
-        self._model_steps = rep.step_memory_bytes
-        self.peak_bytes = self._model_peak
-        self.step_bytes = self._model_steps
+        self.predicted_peak_bytes = int(rep.peak_memory_bytes)
+        self.peak_bytes = self.predicted_peak_bytes
+        self.step_bytes = rep.step_memory_bytes
         self.source: tuple = ()
         if not self.track:
             self._forward_part, self._backward_part, self.source = _compile_plan(extracted, plan, split,
@@ -535,28 +537,34 @@ class _Codegen:
 
 
 def _get_rng():
+    """The RNG states, held in generator objects: only a transient state tensor is allocated, so a
+    saved state takes no allocator memory while the plan runs (the memory model counts none)."""
     import torch
 
-    state = {"cpu": torch.get_rng_state()}
+    cpu = torch.Generator()
+    cpu.set_state(torch.get_rng_state())
+    state = {"cpu": cpu}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state()
+        state["cuda"] = torch.cuda.get_rng_state()  # a host tensor: no device memory
     return state
+
+
+def _set_rng(state):
+    import torch
+
+    torch.set_rng_state(state["cpu"].get_state())
+    if "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"])
 
 
 @contextlib.contextmanager
 def _replay_rng(state):
-    import torch
-
     saved = _get_rng()
-    torch.set_rng_state(state["cpu"])
-    if "cuda" in state:
-        torch.cuda.set_rng_state(state["cuda"])
+    _set_rng(state)
     try:
         yield
     finally:
-        torch.set_rng_state(saved["cpu"])
-        if "cuda" in saved:
-            torch.cuda.set_rng_state(saved["cuda"])
+        _set_rng(saved)
 
 
 def _run_measured(spec, args, fixed_ptrs, n_fixed_joint):

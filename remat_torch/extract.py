@@ -22,8 +22,8 @@ The aten ops are then grouped into remat nodes:
 A node's ``memory_bytes`` is the size of the distinct storages of the values it
 produces for other nodes; ``workspace_bytes`` is how far its internal
 temporaries push the peak above that. Parameters, buffers (and the snapshot of
-mutated buffers), inputs, output tangents, model outputs, buffer updates and
-the executor's saved RNG states are ``fixed_bytes``. Parameter gradients are
+mutated buffers), inputs, output tangents, model outputs and buffer updates
+are ``fixed_bytes``. Parameter gradients are
 the ``memory_bytes`` of the nodes that compute them (above op granularity,
 gradient-only ops form a node of their own beside their module's node), and
 a last node, ``<gradients>``, reads them all: they are allocated where the
@@ -549,9 +549,9 @@ def extract_graph(
         or ``"measure"`` by running every node once on the example inputs and
         watching the allocator (:func:`remat_torch.profile.measure_workspace`;
         it also sees the temporaries allocated inside operators, such as
-        ``convolution_backward``'s on CPU). Default: ``"measure"`` with
-        ``cost_model="profile"`` (the nodes run on the device anyway),
-        ``"estimate"`` otherwise.
+        ``convolution_backward``'s on CPU). Default: ``"measure"`` on CPU
+        or with ``cost_model="profile"`` (the nodes run on the device
+        anyway), ``"estimate"`` otherwise.
     example_kwargs : dict, optional
         Keyword arguments of the call. Positional and keyword inputs may be
         tuples, lists and dicts of tensors and plain values: tensors become
@@ -593,7 +593,11 @@ def extract_graph(
     if cost_model not in COST_MODELS:
         raise ValueError(f"`cost_model` must be one of {COST_MODELS}; got {cost_model!r}")
     if workspace is None:
-        workspace = "measure" if cost_model == "profile" else "estimate"
+        # measured on CPU (operators such as dropout and attention backward allocate temporaries that the
+        # traced graph cannot see: without them the prediction falls short of the allocator by several
+        # percent); elsewhere only with profiled costs, since measuring runs the whole step on the device
+        on_cpu = all(p.device.type == "cpu" for p in model.parameters())
+        workspace = "measure" if (cost_model == "profile" or on_cpu) else "estimate"
     if workspace not in WORKSPACE_MODELS:
         raise ValueError(f"`workspace` must be one of {WORKSPACE_MODELS} or None; got {workspace!r}")
     block_names: list[str] = []
@@ -667,10 +671,6 @@ def extract_graph(
     for shape, stride, dtype in tangent_meta:  # output tangents arrive with backward
         numel = 1 + sum((d - 1) * st for d, st in zip(shape, stride)) if all(shape) else 0
         fixed += numel * torch.empty((), dtype=dtype).element_size()
-    n_random = sum(1 for g in groups if g.random)
-    if n_random and (inputs[0].device.type if inputs else "cpu") == "cpu":
-        # the executor keeps the CPU generator's state of each recomputed random node, plus one while replaying
-        fixed += (n_random + 1) * int(torch.get_rng_state().nbytes)
     n_forward = sum(1 for g in groups if not g.is_backward)
     nodes_deps = [sorted({src[1] for src in g.inputs if src[0] == "node"}) for g in groups]
     # remap ("node", group_index, out) to ("node", dep_position, out)

@@ -4,9 +4,9 @@ Measured = the c10 allocator's peak during one training step
 (:class:`remat_torch.meter.AllocatorMeter`, gradients set to ``None`` before
 it, as ``zero_grad()`` does) plus what is resident before the step
 (parameters, buffers, inputs). Predicted = the peak of the executed plan in
-the graph's memory model (:func:`remat_core.plan.replay`, which the executor
-reports as ``peak_bytes``); the simulator's peak for the schedule is an
-upper bound on it. Node workspaces are measured (``workspace="measure"``),
+the graph's memory model (``RematModule.predicted_peak_bytes``, the
+:func:`remat_core.plan.replay` of the plan); the simulator's peak for the
+schedule is an upper bound on it. Node workspaces are measured (``workspace="measure"``),
 so operator temporaries the traced graph cannot see (oneDNN reorders in
 ``convolution_backward``, dropout's masks) are in the model.
 """
@@ -105,7 +105,7 @@ def test_predicted_peak_within_5_percent_of_measured(name, granularity):
         graph = rm.extracted.graph
         budget_bytes = resolve_budget(graph, budget)
         measured = _measured_peak(rm, args, kwargs, resident)
-        predicted = rm.executor.peak_bytes
+        predicted = rm.predicted_peak_bytes
         assert abs(predicted - measured) <= TOLERANCE * measured, (budget, predicted, measured)
         assert predicted <= rm.result.peak_memory_bytes <= budget_bytes
         # a few bytes of scalar temporaries (the loss's) sit outside the graph
