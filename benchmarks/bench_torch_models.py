@@ -282,7 +282,7 @@ def render(all_rows, metas, args, notes):
         "",
         "### Extraction and solve time (default method `auto`)",
         "",
-        _report.table(["model", "nodes", "granularity", "extract s (trace, flops, measured workspaces)",
+        _report.table(["model", "nodes", "granularity", "extract s (trace, costs, measured workspaces)",
                        "activation MiB", "longest solve s"], solve),
         "",
         "![measured peak vs overhead](results/torch_models.png)",
