@@ -252,6 +252,7 @@ _SUBPROCESS = textwrap.dedent("""
     import sys
     sys.path.insert(0, {tests!r})
     import torch
+    torch.set_num_threads(1)  # as this file: operators' temporaries (measured workspaces) depend on it
     import remat_torch.api as api
     from hf_cases import make
 
