@@ -5,9 +5,11 @@ A budget is either
 * total device bytes, fixed bytes (parameters, gradients, inputs) included:
   an ``int`` or a size string such as ``"8GiB"``, ``"800MB"``, ``"123456"``;
 * a fraction of *activation* memory: a ``float`` in ``[0, 1]`` (or a string
-  such as ``"0.5"`` or ``"0.5x"``). The budget is then
-  ``fixed_bytes + f * (checkpoint-all peak - fixed_bytes)``, the meaning of
-  PyTorch's ``activation_memory_budget``.
+  such as ``"0.5"`` or ``"0.5x"``). The budget is then checkpoint-all's peak
+  less ``1 - f`` of the activation memory (what checkpoint-all keeps beyond
+  parameters, gradients and inputs), the meaning of PyTorch's
+  ``activation_memory_budget``; where gradients are fixed bytes this is
+  ``fixed_bytes + f * (checkpoint-all peak - fixed_bytes)``.
 
 The Python API, the adapters, the CLI and the demo all go through
 :func:`resolve_budget`; errors, reprs, plot titles and the CLI print sizes with
@@ -98,17 +100,52 @@ def format_bytes(n: float | None, digits: int = 3) -> str:
     return f"{int(round(x))} B"
 
 
-def activation_bytes(graph) -> int:
-    """Activation memory of ``graph``: checkpoint-all's peak minus the fixed bytes."""
+def _peaks(graph) -> tuple[int, int]:
+    """``(checkpoint-all peak, activation bytes)`` of ``graph``.
+
+    Activation memory is the most checkpoint-all keeps beyond the fixed bytes
+    and the parameter gradients. An adapter that models parameter gradients as
+    nodes (allocated where the backward computes them, as remat_torch does)
+    names them in ``graph.meta["gradient_nodes"]``; their bytes are left out of
+    the activation measure, so a fraction means the same whichever way the
+    gradients are modelled.
+    """
+    import numpy as np
+
     from .simulate import checkpoint_all_peak_bytes
 
-    return int(checkpoint_all_peak_bytes(graph) - graph.fixed_bytes)
+    peak = checkpoint_all_peak_bytes(graph)
+    grads = graph.meta.get("gradient_nodes") or ()
+    if not grads:
+        return int(peak), int(peak - graph.fixed_bytes)
+    mem = np.array(graph.memory_bytes, dtype=np.int64)
+    mem[[graph.index(name) for name in grads]] = 0
+    return int(peak), int(checkpoint_all_peak_bytes(graph.replace(memory_bytes=mem)) - graph.fixed_bytes)
+
+
+def activation_bytes(graph) -> int:
+    """Activation memory of ``graph``: what checkpoint-all keeps beyond parameters, gradients and inputs.
+
+    Examples
+    --------
+    >>> from remat_core.zoo import linear_graph
+    >>> activation_bytes(linear_graph(4))
+    6
+    """
+    return _peaks(graph)[1]
 
 
 def budget_fraction(graph, budget_bytes: int) -> float:
-    """``budget_bytes`` as a fraction of activation memory (the inverse of :func:`resolve_budget`)."""
-    act = activation_bytes(graph)
-    return (budget_bytes - graph.fixed_bytes) / act if act > 0 else float("inf")
+    """``budget_bytes`` as a fraction of activation memory (the inverse of :func:`resolve_budget`).
+
+    Examples
+    --------
+    >>> from remat_core.zoo import linear_graph
+    >>> budget_fraction(linear_graph(4), 3)
+    0.5
+    """
+    peak, act = _peaks(graph)
+    return 1.0 - (peak - budget_bytes) / act if act > 0 else float("inf")
 
 
 def _as_fraction(budget: Any) -> float | None:
@@ -147,7 +184,8 @@ def resolve_budget(graph, budget: Any, argument: str = "budget") -> int:
         raise ValueError(
             f"`{argument}` as a fraction of activation memory must be in [0, 1]; got {budget!r} "
             "(give bytes as an int or a size such as '8GiB')")
-    return max(1, int(graph.fixed_bytes + f * activation_bytes(graph)))
+    peak, act = _peaks(graph)
+    return max(1, int(peak - (1.0 - f) * act))
 
 
 def min_budget_bytes(graph) -> tuple[int, str]:
