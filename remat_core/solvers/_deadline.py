@@ -202,12 +202,6 @@ def guarded_solve(method: str, graph: Graph, budget_bytes: int, options: dict[st
     lower bound every schedule has (each node computed once), or no schedule
     with status ``NO_SOLUTION`` when no heuristic found one.
     """
-    import numpy as np
-
-    from ..errors import GraphValidationError
-    from ..schedule import SolveStatus
-    from . import _METHODS, solve
-
     start = time.perf_counter()
     deadline = start + float(time_limit_s)
     child = DeadlineChild(method, graph, budget_bytes, options, deadline)
@@ -217,16 +211,12 @@ def guarded_solve(method: str, graph: Graph, budget_bytes: int, options: dict[st
         child.close()
 
 
-def _with_fallback(graph: Graph, budget_bytes: int, child: DeadlineChild | None, why: str, start: float,
-                   deadline: float | None) -> RematResult:
-    """The child's result or the cheapest fallback heuristic's schedule, whichever is better (see guarded_solve)."""
-    import numpy as np
-
+def _cheapest_heuristic(graph: Graph, budget_bytes: int, deadline: float | None) -> RematResult | None:
+    """The cheapest schedule of :data:`FALLBACK_METHODS` within the budget (none started past ``deadline``)."""
     from ..errors import GraphValidationError
-    from ..schedule import SolveStatus
     from . import _METHODS, solve
 
-    fallback: RematResult | None = None
+    best: RematResult | None = None
     for name in FALLBACK_METHODS:
         if name not in _METHODS or (deadline is not None and time.perf_counter() >= deadline):
             continue
@@ -235,10 +225,21 @@ def _with_fallback(graph: Graph, budget_bytes: int, child: DeadlineChild | None,
         except GraphValidationError:
             continue
         except Exception as exc:   # an optional heuristic's failure must not cost the solve
-            log.debug("fallback %s failed: %s", name, exc)
+            log.debug("heuristic %s failed: %s", name, exc)
             continue
-        if res.success and (fallback is None or res.objective < fallback.objective):
-            fallback = res
+        if res.success and (best is None or res.objective < best.objective):
+            best = res
+    return best
+
+
+def _with_fallback(graph: Graph, budget_bytes: int, child: DeadlineChild | None, why: str, start: float,
+                   deadline: float | None) -> RematResult:
+    """The child's result or the cheapest fallback heuristic's schedule, whichever is better (see guarded_solve)."""
+    import numpy as np
+
+    from ..schedule import SolveStatus
+
+    fallback = _cheapest_heuristic(graph, budget_bytes, deadline)
     got = None
     if child is not None:
         got, why = child.wait()
@@ -272,23 +273,9 @@ def not_worse_than_heuristics(graph: Graph, budget_bytes: int, result: RematResu
     every schedule) and its message says so. Heuristics are not started past
     ``deadline`` (a :func:`time.perf_counter` time).
     """
-    from ..errors import GraphValidationError
     from ..schedule import SolveStatus
-    from . import _METHODS, solve
 
-    best: RematResult | None = None
-    for name in FALLBACK_METHODS:
-        if name not in _METHODS or (deadline is not None and time.perf_counter() >= deadline):
-            continue
-        try:
-            res = solve(graph, budget_bytes, method=name)
-        except GraphValidationError:
-            continue
-        except Exception as exc:   # an optional heuristic's failure must not cost the result
-            log.debug("heuristic %s failed: %s", name, exc)
-            continue
-        if res.success and (best is None or res.objective < best.objective):
-            best = res
+    best = _cheapest_heuristic(graph, budget_bytes, deadline)
     if best is None:
         return result
     if result.schedule is not None:

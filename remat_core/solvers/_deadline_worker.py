@@ -15,7 +15,7 @@ import sys
 
 def main(argv: list[str]) -> int:
     job_path, result_path = argv[1], argv[2]
-    from remat_core.solvers._lifeline import die_with_parent
+    from remat_core.solvers._lifeline import die_with_parent, post_result
 
     die_with_parent(int(argv[3]) if len(argv) > 3 else os.getppid(), os.path.dirname(os.path.abspath(job_path)))
     try:
@@ -26,10 +26,7 @@ def main(argv: list[str]) -> int:
         payload = ("ok", solve(job["graph"], job["budget_bytes"], method=job["method"], **job["options"]))
     except Exception as exc:   # reported to the parent, which goes on with what it has
         payload = ("error", f"{type(exc).__name__}: {exc}")
-    part = result_path + ".part"
-    with open(part, "wb") as f:
-        pickle.dump(payload, f, protocol=pickle.HIGHEST_PROTOCOL)
-    os.replace(part, result_path)
+    post_result(result_path, payload)
     return 0
 
 

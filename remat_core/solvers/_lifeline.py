@@ -120,3 +120,13 @@ def die_with_parent(parent_pid: int, folder: str | None = None) -> None:
                 leave(1)
 
     threading.Thread(target=watch, name="remat-parent-watch", daemon=True).start()
+
+
+def post_result(result_path: str, payload) -> None:
+    """Write a worker's pickled ``payload`` to ``result_path`` atomically (the parent never reads half a file)."""
+    import pickle
+
+    part = result_path + ".part"
+    with open(part, "wb") as f:
+        pickle.dump(payload, f, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(part, result_path)

@@ -19,9 +19,10 @@ import time
 
 
 def main(argv: list[str]) -> int:
+    from remat_core.solvers._lifeline import die_with_parent, post_result
+
     job_path, result_path = argv[1], argv[2]
     if len(argv) > 3:   # the parent's pid: this process and the job's folder do not outlive it
-        from remat_core.solvers._lifeline import die_with_parent
 
         die_with_parent(int(argv[3]), os.path.dirname(os.path.abspath(job_path)))
     try:
@@ -43,10 +44,7 @@ def main(argv: list[str]) -> int:
         payload = ("ok", out)
     except Exception as exc:   # reported to the parent, which goes on with the MILP alone
         payload = ("error", f"{type(exc).__name__}: {exc}")
-    part = result_path + ".part"
-    with open(part, "wb") as f:
-        pickle.dump(payload, f, protocol=pickle.HIGHEST_PROTOCOL)
-    os.replace(part, result_path)
+    post_result(result_path, payload)
     return 0
 
 
