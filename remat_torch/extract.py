@@ -688,7 +688,10 @@ def extract_graph(
         name=name or type(model).__name__,
         meta={"kind": "torch", "granularity": granularity, "n_forward": n_forward,
               "model": type(model).__name__, "cost_model": cost_model,
-              "input_shapes": [list(x.shape) for x in inputs]},
+              "input_shapes": [list(x.shape) for x in inputs],
+              # parameter gradients are node memory here; budgets as fractions leave them out (remat_core.units)
+              "gradient_nodes": sorted({groups[d].name for g, deps in zip(groups, nodes_deps)
+                                        if g.name.endswith("<gradients>") for d in deps})},
     )
     if list(graph.names) != [g.name for g in groups]:
         raise RematError("internal error: grouped nodes are not in topological order")  # pragma: no cover
