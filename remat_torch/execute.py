@@ -22,7 +22,7 @@ contains the backward ops), so nothing else keeps activations alive.
   last replay drops it), so masks are identical, and the global RNG stream
   advances exactly as in eager mode.
 * ``peak_bytes`` is the plan's peak in the graph's memory model
-  (:func:`remat_core.plan.replay`). With ``track=True`` the executor instead
+  (:func:`remat_core.replay`). With ``track=True`` the executor instead
   interprets the plan statement by statement and tracks the bytes of the
   live storages it holds (views and aliases counted once) plus the fixed
   bytes of the graph; with ``measure=True`` it also runs each node op by op
@@ -91,7 +91,7 @@ class Executor:
     Attributes
     ----------
     predicted_peak_bytes : int
-        The plan's peak in the graph's memory model (:func:`remat_core.plan.replay`;
+        The plan's peak in the graph's memory model (:func:`remat_core.replay`;
         fixed bytes included).
     peak_bytes : int
         Peak of the last step (fixed bytes included): tracked with ``track``
