@@ -796,7 +796,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "compare with torch.utils.checkpoint, sweep a zoo model's budgets from its lower bound "
                        "and write the plots. Needs PyTorch.")
     d.add_argument("--out", default="demo_out", help="output folder (default: demo_out)")
-    d.add_argument("--graph", default="vgg16", help="zoo graph of the budget sweep (default vgg16): " + _GRAPH_HELP)
+    d.add_argument("--graph", default="unet", help="zoo graph of the budget sweep (default unet: the methods differ there): " + _GRAPH_HELP)
     d.add_argument("--batch-size", type=int, default=32, help="batch size of the zoo graph (default 32)")
     d.add_argument("--fraction", default="0.4",
                    help="budget of the trained models as a fraction of their activation memory (default 0.4)")

@@ -35,12 +35,12 @@ def test_demo_end_to_end(tmp_path):
     text = res.stdout
     # per model: the budget, the predicted and the measured peak, the comparison with torch.utils.checkpoint
     assert text.count("peak predicted") == 2 and text.count("torch.utils.checkpoint at this memory") == 2
-    assert "budget sweep of vgg16-b32" in text and "HiGHS" not in text
+    assert "budget sweep of unet-b32" in text and "HiGHS" not in text
     rows = [json.loads(line) for line in (out / "sweep.jsonl").read_text().splitlines()]
     from remat_core.units import min_budget_bytes
     from remat_core.zoo import zoo_graph
 
-    low = min_budget_bytes(zoo_graph("vgg16", batch_size=32))[0]
+    low = min_budget_bytes(zoo_graph("unet", batch_size=32))[0]
     assert min(r["budget_bytes"] for r in rows) == low  # the sweep starts at the hard lower bound
     for name in ("tradeoff", "schedule_matrices", "memory_timeline"):
         assert (out / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
