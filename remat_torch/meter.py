@@ -90,8 +90,13 @@ class AllocatorMeter:
         self._prof = None
 
     def __enter__(self) -> "AllocatorMeter":
+        import gc
+
         from torch.profiler import ProfilerActivity, profile
 
+        # cyclic garbage of earlier code (tensors allocated under an earlier profiler, whose frees the allocator
+        # reports) would otherwise be collected inside the measurement and subtracted from it
+        gc.collect()
         self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
         with _native_stderr_silenced():
             self._prof.__enter__()
