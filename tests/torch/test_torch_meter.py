@@ -44,26 +44,6 @@ def test_frees_of_older_blocks_are_not_subtracted():
     assert (m.peak_bytes, m.net_bytes, m.n_frees) == (x.nbytes, x.nbytes, 0)
 
 
-def test_garbage_allocated_under_an_earlier_profiler_is_collected_before_measuring():
-    """The allocator reports frees of blocks allocated under an earlier profiler; cyclic garbage of such blocks
-    collected inside a measurement would be subtracted from it (a flaky failure of the test above under xdist)."""
-    import gc
-
-    with AllocatorMeter():
-        t = torch.empty(N // 2, dtype=torch.float32)
-        cycle = [t]
-        cycle.append(cycle)
-    del t, cycle
-    gc.disable()
-    try:
-        with AllocatorMeter() as m:
-            gc.collect()   # what an allocation may trigger; the meter collected before it started
-            x = torch.empty(N, dtype=torch.float32)
-    finally:
-        gc.enable()
-    assert (m.peak_bytes, m.n_frees) == (x.nbytes, 0)
-
-
 def test_nothing_allocated():
     x, y = torch.ones(10), torch.ones(10)
     with AllocatorMeter() as m:
