@@ -51,6 +51,21 @@ def load(name: str):
     return load_dtr_dag(dtr_graph_path(name))
 
 
+def smallest_found_budget(g) -> int:
+    """The smallest budget at which any DTR heuristic finds a schedule (its bisection; a budget found, not a proof
+    that nothing smaller works): the "smallest feasible" end of the budget range."""
+    from remat_core import solve
+    from remat_core.solvers.dtr import HEURISTICS
+
+    found = []
+    for h in HEURISTICS:
+        if h == "random":
+            continue
+        r = solve(g, g.min_budget_lower_bound_bytes(), method="dtr", heuristic=h)
+        found.append(r.peak_memory_bytes if r.success else r.stats.get("method_min_budget_bytes"))
+    return int(min(x for x in found if x is not None))
+
+
 def child_main(job_path: str, out_path: str) -> None:
     """One solve, in this (child) process: writes a result dict."""
     import numpy as np
@@ -62,10 +77,12 @@ def child_main(job_path: str, out_path: str) -> None:
     with open(job_path) as f:
         job = json.load(f)
     g = load(job["graph"])
-    budget = resolve_budget(g, job["fraction"])
+    budget = smallest_found_budget(g) if job["fraction"] == "min" else resolve_budget(g, job["fraction"])
     base = float(np.sum(g.cost))
     t0 = time.perf_counter()
-    out = {"n": g.n, "budget": budget}
+    from remat_core.units import budget_fraction
+
+    out = {"n": g.n, "budget": budget, "budget_fraction": budget_fraction(g, budget)}
     if job["method"] == "baselines":
         best = None
         for name in BASELINES:
@@ -108,6 +125,15 @@ def run_child(job: dict) -> dict:
     return res
 
 
+def _load_line(meta: dict) -> str:
+    """What the machine's load was during the run (measured at its start and end), when recorded."""
+    if "load" not in meta:
+        return "The machine's load during the run was not recorded."
+    a, b = meta["load"]
+    return (f"One-minute load average {a:g} at the start and {b:g} at the end of the run on 2 cores: wall times "
+            "are upper bounds, and a solve given more of the machine may find more within the same limit.")
+
+
 def render(rows: list[dict], meta: dict) -> str:
     by_key: dict = {}
     for r in rows:
@@ -123,8 +149,9 @@ def render(rows: list[dict], meta: dict) -> str:
         return "-" if x is None else f"{x:.3f}"
 
     for (graph, frac), d in by_key.items():
-        n = next(iter(d.values())).get("n", "")
-        row = [graph, n, frac]
+        first = next(iter(d.values()))
+        n = first.get("n", "")
+        row = [graph, n, frac if frac != "min" else f"smallest found ({first.get('budget_fraction', 0):.3f})"]
         for lim in limits:
             a = d.get(("auto", lim), {})
             ratio = a["cost"] / a["bound"] if a.get("cost") and a.get("bound") else None
@@ -135,9 +162,7 @@ def render(rows: list[dict], meta: dict) -> str:
                 c(t.get("cost")) if t.get("cost") else t.get("status", "-")]
         out.append(row)
     text = [f"## scale: auto on large graphs (issue 26)", "",
-            f"Measured on {meta['machine']}; `{meta['command']}`; {meta['scope']}. The machine was shared with other "
-            "engineers' jobs during the run (load average 8 to 11 on 2 cores), so wall times are upper bounds "
-            "and a solve given more of the machine may find more within the same limit.",
+            f"Measured on {meta['machine']}; `{meta['command']}`; {meta['scope']}. {_load_line(meta)}",
             "",
             "Costs are over the sum of the node costs (every node computed once, the lower bound `auto` reports "
             "on the large path; on the `ilp` and `lp-rounding` paths the bound is the MILP's or LP's). *wall s*: "
@@ -166,7 +191,7 @@ def plot(rows: list[dict], path: str) -> None:
         for r in rs:
             label = f"auto {r['limit']:g} s" if r["method"] == "auto" else r["method"]
             if r.get("cost"):
-                series.setdefault(label, []).append((r["fraction"], r["cost"]))
+                series.setdefault(label, []).append((r.get("budget_fraction", r["fraction"]), r["cost"]))
         style = {"baselines": dict(marker="s", ls=":", color="tab:orange"), "dtr": dict(marker="x", ls="--", color="tab:green")}
         # auto last, with open circles, so that it shows where it equals dtr
         for label in sorted(series, key=lambda x: (x.startswith("auto"), x)):
@@ -221,6 +246,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--full", action="store_true", help="every graph, budgets 0.9 .. 0.1, limits 10/60/300 s")
     ap.add_argument("--graphs", help="comma-separated graph names (DTR names or random-<layers>)")
+    ap.add_argument("--fractions", help="comma-separated budgets (fractions of activation memory)")
+    ap.add_argument("--limits", help="comma-separated time limits of auto (s)")
     ap.add_argument("--report-only", action="store_true", help="rewrite the README section from the results")
     ap.add_argument("--size-rule", action="store_true", help="the size rule's evidence (section scale-size-rule)")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
@@ -262,6 +289,14 @@ def main() -> None:
                  "60 and 300 s, random graphs of 500 to 4,800 nodes)")
     if args.graphs:
         graphs = args.graphs.split(",")
+    if args.fractions:
+        fractions = tuple(x if x == "min" else float(x) for x in args.fractions.split(","))
+    if args.limits:
+        limits = tuple(float(x) for x in args.limits.split(","))
+    if args.graphs or args.fractions or args.limits:
+        scope = (f"graphs {', '.join(graphs)}; budgets {', '.join(map(str, fractions))}; "
+                 f"auto's limits {', '.join(f'{x:g} s' for x in limits)}")
+    load_before = os.getloadavg()
     rows = []
     for gname in graphs:
         for frac in fractions:
@@ -273,7 +308,8 @@ def main() -> None:
                 print(json.dumps({k: r.get(k) for k in ("graph", "fraction", "method", "limit", "status", "cost",
                                                         "bound", "path", "chosen", "wall_s", "peak_rss_mib")}),
                       flush=True)
-    meta = {"machine": machine_line(), "command": command_line(), "scope": scope}
+    meta = {"machine": machine_line(), "command": command_line(), "scope": scope,
+            "load": [round(load_before[0], 1), round(os.getloadavg()[0], 1)]}
     save_json("scale", {"meta": meta, "rows": rows})
     plot(rows, os.path.join(RESULTS, "scale.png"))
     write_section("scale", render(rows, meta))
