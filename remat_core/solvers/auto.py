@@ -146,6 +146,27 @@ def _exact(method: str, graph: Graph, budget_bytes: int, options: dict[str, Any]
     return call_with_deadline(method, graph, budget_bytes, options, deadline - _RESERVE_S)
 
 
+def _other_dtr_heuristics(best: _Best, graph: Graph, budget_bytes: int, left: Any) -> None:
+    """Offer DTR's other eviction heuristics: on large graphs no single one is best or reaches the smallest
+    budget everywhere (benchmarks/README.md, section dtr), and a run costs about one simulation."""
+    from . import _METHODS
+    from .dtr import DEFAULT_HEURISTIC, HEURISTICS
+
+    if "dtr" not in _METHODS:
+        return
+    for heuristic in HEURISTICS:
+        if heuristic in (DEFAULT_HEURISTIC, "random"):
+            continue
+        remaining = left()
+        first = best.tried.get("dtr", {}).get("time_s", 0.0)
+        if remaining is not None and 2 * first > 0.5 * remaining:
+            best.tried[f"dtr({heuristic})"] = {"status": "skipped", "message": "too little time left"}
+            continue
+        res = _run("dtr", graph, budget_bytes, heuristic=heuristic, find_min_budget=False)
+        if res is not None:
+            best.offer(f"dtr({heuristic})", res)
+
+
 def _polish(best: _Best, graph: Graph, budget_bytes: int, deadline: float | None, sim_s: float) -> None:
     """Offer :func:`~remat_core.solvers.segments.polish` of the best schedule, if it is not proven and time allows."""
     from . import verify_result
@@ -278,6 +299,7 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
     if deadline is not None:
         left = lambda: deadline - time.perf_counter()  # noqa: E731
     if path == "large":
+        _other_dtr_heuristics(best, graph, budget_bytes, left)
         _polish(best, graph, budget_bytes, deadline, sim_s)
         for name in LARGE_GRAPH_METHODS:
             remaining = left()

@@ -76,3 +76,20 @@ def test_large_graph_path_has_bound_and_beats_baselines():
     assert res.lower_bound == pytest.approx(float(np.sum(g.cost))) or res.lower_bound > np.sum(g.cost)
     base = _best_baseline(g, budget)
     assert base is None or res.objective <= base + 1e-9
+
+
+@pytest.mark.parametrize("seed,fraction", [(0, 0.25), (1, 0.3), (3, 0.25)])
+def test_large_path_finds_a_schedule_whenever_some_dtr_heuristic_does(seed, fraction):
+    from remat_core.solvers.dtr import HEURISTICS
+
+    g = random_training_graph(30, seed=seed)
+    budget = resolve_budget(g, fraction)
+    runs = {h: solve(g, budget, method="dtr", heuristic=h, find_min_budget=False) for h in HEURISTICS if h != "random"}
+    res = solve(g, budget, method="auto", time_limit_s=10, memory_limit_bytes=10**6)
+    assert res.stats["path"] == "large"
+    found = [r.objective for r in runs.values() if r.success]
+    if found:
+        assert res.success and res.peak_memory_bytes <= budget
+        assert res.objective <= min(found) + 1e-9
+    else:
+        assert not res.success
