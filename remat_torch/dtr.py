@@ -151,7 +151,7 @@ class DTRTensor(torch.Tensor):
 def tree_map(fn: Callable, obj: Any) -> Any:
     """``fn`` applied to every leaf of nested tuples, lists and dicts (operator arguments are no deeper)."""
     if isinstance(obj, tuple):
-        return tuple(tree_map(fn, a) for a in obj)
+        return tuple([tree_map(fn, a) for a in obj])
     if isinstance(obj, list):
         return [tree_map(fn, a) for a in obj]
     if isinstance(obj, dict):
@@ -523,8 +523,41 @@ def _copy_written(func, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return args, kwargs
 
 
+_NEW_BYTES_CACHE: dict = {}
+_NEW_BYTES_CACHE_SIZE = 4096
+
+
+def _signature(a: Any) -> Any:
+    """A hashable key of an operator argument that fixes the sizes of the operator's outputs: a tensor's shape,
+    strides and dtype, other values themselves (``TypeError`` for a value that cannot be a key)."""
+    if isinstance(a, torch.Tensor):
+        return ("T", tuple(a.size()), tuple(a.stride()), a.dtype)
+    if isinstance(a, (list, tuple)):
+        return (type(a).__name__,) + tuple(_signature(x) for x in a)
+    if isinstance(a, dict):
+        return ("D",) + tuple((k, _signature(v)) for k, v in sorted(a.items()))
+    hash(a)
+    return (type(a).__name__, a)
+
+
 def _new_bytes(func, args: tuple, kwargs: dict, schema) -> int:
-    """Bytes of the new storages ``func`` will allocate, from a run on meta tensors (0 if it cannot run there)."""
+    """Bytes of the new storages ``func`` will allocate: from a run on meta tensors (0 if it cannot run there),
+    remembered per operator and argument signature (the meta run is most of the runtime's cost per small
+    operator; benchmarks/README.md, section dtr)."""
+    try:
+        key = (func, _signature(args), _signature(kwargs))
+    except TypeError:
+        return _new_bytes_on_meta(func, args, kwargs, schema)
+    got = _NEW_BYTES_CACHE.get(key)
+    if got is None:
+        got = _new_bytes_on_meta(func, args, kwargs, schema)
+        if len(_NEW_BYTES_CACHE) >= _NEW_BYTES_CACHE_SIZE:
+            _NEW_BYTES_CACHE.pop(next(iter(_NEW_BYTES_CACHE)))
+        _NEW_BYTES_CACHE[key] = got
+    return got
+
+
+def _new_bytes_on_meta(func, args: tuple, kwargs: dict, schema) -> int:
     def meta(a: Any) -> Any:
         if isinstance(a, torch.Tensor):
             return torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device="meta")

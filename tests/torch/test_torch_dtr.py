@@ -131,3 +131,29 @@ def test_thrashing_raises_instead_of_running_on():
     with pytest.raises(BudgetInfeasibleError, match="thrashes"):
         with remat_torch.dtr(budget=int(0.6 * full), max_replay_factor=2):
             model(xs).backward()
+
+
+def test_output_sizes_are_sized_on_meta_once_per_signature(monkeypatch):
+    import importlib
+
+    live = importlib.import_module("remat_torch.dtr")   # the module (the package exports the function `dtr`)
+    calls = []
+    real = live._new_bytes_on_meta
+    monkeypatch.setattr(live, "_new_bytes_on_meta", lambda *a: calls.append(a[0]) or real(*a))
+    monkeypatch.setattr(live, "_NEW_BYTES_CACHE", {})
+    lin = nn.Linear(32, 32)
+
+    def step(batch):
+        lin.zero_grad(set_to_none=True)
+        with remat_torch.dtr(budget=10**9):
+            lin(torch.randn(batch, 32)).square().sum().backward()
+
+    step(8)
+    first = len(calls)
+    step(8)
+    assert first > 0 and len(calls) == first            # the same shapes: every size from the cache
+    step(16)
+    assert len(calls) > first                           # new shapes are sized again
+    a, b = torch.ones(4, 8), torch.ones(8, 8)
+    assert live._new_bytes(torch.ops.aten.mm.default, (a, b), {}, torch.ops.aten.mm.default._schema) == 4 * 8 * 4
+    assert live._new_bytes(torch.ops.aten.mm.default, (b, b), {}, torch.ops.aten.mm.default._schema) == 8 * 8 * 4
