@@ -38,7 +38,7 @@ What the runtime tracks
 Before an operator runs, the bytes of its new outputs are found by running
 it on meta tensors, and values are evicted until they fit: the tracked peak
 stays within the budget. The value evicted is the resident, evictable one
-with the lowest score (``heuristic``): ``"h_dtr"`` ``(cost + cost of its
+with the lowest score (``heuristic``): ``"h_dtr"`` (the default) ``(cost + cost of its
 evicted ancestors) / (bytes * staleness)``, ``"h_dtr_local"`` ``cost /
 (bytes * staleness)``, ``"lru"`` or ``"largest"``. The inputs of the operator
 being run (and those of a recomputation in progress) are pinned. When no
@@ -187,7 +187,7 @@ class DTRRuntime:
         ``operators`` (first-time operator calls).
     """
 
-    def __init__(self, budget_bytes: int | None, heuristic: str = "h_dtr_local", max_replay_factor: float = 50.0):
+    def __init__(self, budget_bytes: int | None, heuristic: str = "h_dtr", max_replay_factor: float = 50.0):
         if heuristic not in HEURISTICS:
             raise ValueError(f"`heuristic` must be one of {', '.join(HEURISTICS)}; got {heuristic!r}")
         if isinstance(max_replay_factor, bool) or not isinstance(max_replay_factor, (int, float)) \
@@ -577,7 +577,7 @@ def _new_bytes_on_meta(func, args: tuple, kwargs: dict, schema) -> int:
 
 
 @contextlib.contextmanager
-def dtr(budget: Any = None, heuristic: str = "h_dtr_local", max_replay_factor: float = 50.0) -> Iterator[DTRRuntime]:
+def dtr(budget: Any = None, heuristic: str = "h_dtr", max_replay_factor: float = 50.0) -> Iterator[DTRRuntime]:
     """Run the block under the live DTR runtime with ``budget`` bytes of activation memory.
 
     Parameters
@@ -589,7 +589,10 @@ def dtr(budget: Any = None, heuristic: str = "h_dtr_local", max_replay_factor: f
         Fractions are not accepted here (use :func:`activation_peak_bytes`
         for the baseline).
     heuristic : str
-        ``"h_dtr_local"`` (default), ``"h_dtr"``, ``"lru"`` or ``"largest"``.
+        ``"h_dtr"`` (default), ``"h_dtr_local"``, ``"lru"`` or ``"largest"``.
+        ``h_dtr`` counts the evicted ancestors a value's recomputation would
+        replay too, which keeps recursive networks from thrashing at budgets
+        where ``h_dtr_local`` does (benchmarks/README.md, section dtr).
     max_replay_factor : float
         More operator replays than this many per operator run (at least 100
         operators counted) is thrashing: ``BudgetInfeasibleError``.

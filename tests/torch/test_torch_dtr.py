@@ -129,8 +129,18 @@ def test_thrashing_raises_instead_of_running_on():
     model = TreeNet()
     full = activation_peak_bytes(lambda: model(xs).backward())
     with pytest.raises(BudgetInfeasibleError, match="thrashes"):
-        with remat_torch.dtr(budget=int(0.6 * full), max_replay_factor=2):
+        with remat_torch.dtr(budget=int(0.6 * full), heuristic="h_dtr_local", max_replay_factor=2):
             model(xs).backward()
+
+
+def test_the_default_heuristic_counts_evicted_ancestors_and_does_not_thrash_there():
+    torch.manual_seed(1)
+    xs = torch.randn(32, 16)
+    model = TreeNet()
+    full = activation_peak_bytes(lambda: model(xs).backward())
+    with remat_torch.dtr(budget=int(0.6 * full), max_replay_factor=2) as rt:
+        model(xs).backward()
+    assert rt.heuristic == "h_dtr" and rt.stats["peak_bytes"] <= int(0.6 * full)
 
 
 def test_output_sizes_are_sized_on_meta_once_per_signature(monkeypatch):
