@@ -127,6 +127,12 @@ def run_child(job: dict) -> dict:
 
 def _load_line(meta: dict) -> str:
     """What the machine's load was during the run (measured at its start and end), when recorded."""
+    if "runs" in meta:
+        loads = [m["load"] for m in meta["runs"] if "load" in m]
+        return ("One-minute load averages at the start and end of each run on 2 cores: "
+                + ", ".join(f"{a:g} / {b:g}" for a, b in loads)
+                + ": wall times are upper bounds, and a solve given more of the machine may find more within the "
+                  "same limit.")
     if "load" not in meta:
         return "The machine's load during the run was not recorded."
     a, b = meta["load"]
@@ -248,6 +254,9 @@ def main() -> None:
     ap.add_argument("--graphs", help="comma-separated graph names (DTR names or random-<layers>)")
     ap.add_argument("--fractions", help="comma-separated budgets (fractions of activation memory)")
     ap.add_argument("--limits", help="comma-separated time limits of auto (s)")
+    ap.add_argument("--append", action="store_true",
+                    help="add this run's rows to results/scale.json (a row of the same graph, budget, method and "
+                         "limit is replaced) instead of starting a new file")
     ap.add_argument("--report-only", action="store_true", help="rewrite the README section from the results")
     ap.add_argument("--size-rule", action="store_true", help="the size rule's evidence (section scale-size-rule)")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
@@ -310,6 +319,15 @@ def main() -> None:
                       flush=True)
     meta = {"machine": machine_line(), "command": command_line(), "scope": scope,
             "load": [round(load_before[0], 1), round(os.getloadavg()[0], 1)]}
+    if args.append and os.path.exists(json_path):
+        old = json.load(open(json_path))
+        key = lambda r: (r["graph"], r["fraction"], r["method"], r["limit"])  # noqa: E731
+        new_keys = {key(r) for r in rows}
+        rows = [r for r in old["rows"] if key(r) not in new_keys] + rows
+        runs = old["meta"].get("runs", [old["meta"]]) + [meta]
+        meta = {"machine": meta["machine"], "command": "; ".join(f"`{m['command']}`" for m in runs).strip("`"),
+                "scope": "; ".join(m["scope"] for m in runs), "runs": runs,
+                "load": [min(m.get("load", [0, 0])[0] for m in runs), max(m.get("load", [0, 0])[1] for m in runs)]}
     save_json("scale", {"meta": meta, "rows": rows})
     plot(rows, os.path.join(RESULTS, "scale.png"))
     write_section("scale", render(rows, meta))
