@@ -59,9 +59,10 @@ SIM_NOTES = """Reading the tables:
 LIVE_NOTES = """Reading the table: the tracked peak is what the runtime budgets (the storages operators return inside the
 block); the allocator peak also sees what it does not: scratch memory inside operators (the CPU convolution's
 buffers) and the extra outputs of a replayed multi-output operator, which is why it exceeds the tracked peak on the
-CNN. The time ratio is mostly the runtime's Python cost per operator call (dispatch, a run on meta tensors to size
-the outputs, the eviction scan): small on the CNN (138 operators of tens of ms), large on the recursive network
-(1915 small operators). At 0.3 the recursive network thrashes and is stopped (`max_replay_factor`)."""
+CNN. The runtime runs its default heuristic, `h_dtr`. The time ratio is mostly the runtime's Python cost per
+operator call (dispatch, the eviction scan; output sizes from meta tensors are remembered per operator signature)
+and the replays: small on the CNN (138 operators of tens of ms), large on the recursive network (1915 small
+operators). A budget that thrashes is stopped (`max_replay_factor`) and shown as infeasible."""
 
 
 def overhead(g, schedule) -> float:
