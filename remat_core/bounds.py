@@ -1,0 +1,347 @@
+"""A lower bound on the cost of every schedule within a budget, at every graph size.
+
+The LP relaxation of the MILP (``lp-rounding``, ``ilp``) has ``O(n^2)``
+columns and up to ``O(n^3)`` nonzeros: beyond a few hundred nodes it does not
+fit. :func:`cost_lower_bound` relaxes the problem much further, to one
+column per *gap* of a value and one row per stage, and stays small at every
+size (a few million nonzeros on the 5,239-node LSTM graph).
+
+The relaxation
+--------------
+Stage ``t`` computes ``v_t`` last (``R[t, k] = 0`` for ``k > t``). At the
+instant ``v_t`` is allocated, the memory accounting of ``docs/memory_model.rst``
+holds at least: the fixed bytes, ``v_t`` and its workspace, every input of
+``v_t`` (it is read now, so it is resident), and every value kept into stage
+``t + 1`` (a kept value is never freed during the stage, and it was computed
+or kept in stage ``t``, so it is resident by then). Let ``L_t`` be the values
+``v < t`` that are not inputs of ``t`` and have a reader ``u > t``. If ``v``
+in ``L_t`` is not kept into stage ``t + 1``, the first such reader ``u``
+needs ``v`` in stage ``u``, so ``v`` is computed again in some stage
+``s`` in ``(t, u]``: a computation beyond its first one (stage ``v``).
+
+With readers ``c_1 < c_2 < ...`` of ``v``, its *gaps* are the open intervals
+``(v, c_1), (c_1, c_2), ...``: a value dropped at several stages of one gap
+may be repaired by one recomputation, drops in different gaps need distinct
+ones (their repair stages are disjoint). With ``y[v, g]`` = "``v`` is dropped
+somewhere in gap ``g``" (binary, relaxed to ``[0, 1]``):
+
+    minimize   sum(cost) + sum_{v, g} cost[v] * y[v, g]
+    subject to sum_{v in L_t} min(m_v, E_t) * y[v, gap(v, t)] >= E_t
+               for every stage t with E_t > 0,
+
+where ``E_t = fixed + m_t + ws_t + m(inputs(t)) + m(L_t) - budget`` is the
+memory that must be dropped at that instant. The coefficient of ``v`` is
+capped at ``E_t`` (valid because ``y`` is binary in the exact problem; it
+tightens the relaxation: a large cheap value cannot cover a stage fractionally).
+
+Every subset of the rows gives a valid (weaker) bound, and so does the
+Lagrangian value ``sum_t pi_t E_t + sum_g min(0, cost_g - sum_t pi_t a_tg)``
+for any ``pi >= 0``: the value reported is that Lagrangian at the duals of the
+last LP that HiGHS solved to optimality, so a solver tolerance can only lower
+it. Large instances are solved by cutting planes: the rows whose single-row
+(fractional knapsack) bound is largest first, then the most violated rows,
+until none is violated or the time is up.
+
+Examples
+--------
+>>> from remat_core.zoo import linear_graph
+>>> from remat_core.units import resolve_budget
+>>> g = linear_graph(8)
+>>> res = cost_lower_bound(g, resolve_budget(g, 0.5))
+>>> res.value > float(g.cost.sum()), res.method
+(True, 'lp-cuts')
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import SolverError
+from .graph import Graph
+
+__all__ = ["BoundResult", "cost_lower_bound", "DEFAULT_MAX_NONZEROS"]
+
+#: Nonzeros the cutting-plane LP may hold (about 40 bytes each in HiGHS); the full program of the largest shared
+#: graph (LSTM_512, 5,239 nodes) has 2.7 M.
+DEFAULT_MAX_NONZEROS = 4_000_000
+#: Nonzeros of the constraint rows materialized at once when the rows are scanned (knapsack, separation).
+_CHUNK_NONZEROS = 1_000_000
+#: A row is violated when its left-hand side is below ``(1 - _TOL) * E_t``.
+_TOL = 1e-7
+#: Share of the bound given up against floating-point error in the Lagrangian's evaluation.
+_SAFETY = 1e-9
+
+
+@dataclass(frozen=True)
+class BoundResult:
+    """A lower bound on the cost of every schedule of a graph within a budget.
+
+    Attributes
+    ----------
+    value : float
+        The bound (``inf`` when no schedule fits the budget: some node's
+        inputs, output and workspace alone exceed it).
+    method : str
+        What gave it: ``"lp-cuts"`` (the relaxation's LP over the rows added
+        so far), ``"knapsack"`` (the best single row, when no LP finished),
+        ``"sum"`` (the sum of the node costs: no stage must drop anything),
+        or ``"infeasible"``.
+    cuts : int
+        Rows in the last LP solved.
+    rows : int
+        Stages that must drop memory (``E_t > 0``), the rows of the full LP.
+    converged : bool
+        Whether no row was left violated (the value is the full LP's).
+    sum_cost, knapsack : float
+        The sum of the node costs, and the best single-row bound.
+    time_s : float
+        Wall-clock time of the call.
+    """
+
+    value: float
+    method: str
+    cuts: int
+    rows: int
+    converged: bool
+    sum_cost: float
+    knapsack: float
+    time_s: float
+
+
+class _Rows:
+    """The constraint rows of the relaxation, materialized on demand (never all at once)."""
+
+    def __init__(self, graph: Graph, budget_bytes: int):
+        n = graph.n
+        mem, cost = graph.memory_bytes, graph.cost
+        _, _, user_ptr, user_idx = graph.csr
+        count = np.diff(user_ptr)
+        owner = np.repeat(np.arange(n, dtype=np.int64), count)
+        # gap j of v spans stages (left, right): left is v or its previous reader, right its next reader
+        left = np.empty_like(user_idx)
+        left[1:] = user_idx[:-1]
+        starts = user_ptr[:-1][count > 0]
+        left[starts] = np.flatnonzero(count > 0)
+        lo, hi = left + 1, user_idx - 1          # the stages t of the gap, inclusive
+        keep = (hi >= lo) & (mem[owner] > 0)
+        self.owner, self.lo, self.hi = owner[keep], lo[keep], hi[keep]
+        self.a = mem[self.owner].astype(np.float64)
+        self.c = cost[self.owner].astype(np.float64)
+        # m(L_t) and |L_t| for every stage, exactly in int64, from difference arrays over the gaps
+        dm = np.zeros(n + 1, dtype=np.int64)
+        np.add.at(dm, self.lo, mem[self.owner])
+        np.add.at(dm, self.hi + 1, -mem[self.owner])
+        dn = np.zeros(n + 1, dtype=np.int64)
+        np.add.at(dn, self.lo, 1)
+        np.add.at(dn, self.hi + 1, -1)
+        base = graph.fixed_bytes + graph.node_need_bytes()
+        self.infeasible = bool(n and base.max() > budget_bytes)
+        excess = base + np.cumsum(dm)[:n] - int(budget_bytes)
+        self.stages = np.flatnonzero(excess > 0)                     # the rows
+        self.E = excess[self.stages].astype(np.float64)
+        self.size = np.cumsum(dn)[:n][self.stages]                   # nonzeros of each row
+        # rows are built for sorted subsets of stage positions; gap g covers positions [p_lo, p_hi)
+        self.p_lo = np.searchsorted(self.stages, self.lo, side="left")
+        self.p_hi = np.searchsorted(self.stages, self.hi, side="right")
+
+    def build(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Rows ``rows`` (sorted positions into :attr:`stages`) as COO ``(row position in rows, gap, coefficient)``."""
+        q_lo = np.searchsorted(rows, self.p_lo, side="left")
+        q_hi = np.searchsorted(rows, self.p_hi, side="left")
+        cnt = q_hi - q_lo
+        g = np.flatnonzero(cnt > 0)
+        cnt = cnt[g]
+        total = int(cnt.sum())
+        offs = np.repeat(np.cumsum(cnt) - cnt, cnt)
+        r = np.arange(total, dtype=np.int64) - offs + np.repeat(q_lo[g], cnt)
+        gap = np.repeat(g, cnt)
+        coef = np.minimum(self.a[gap], self.E[rows[r]])
+        return r, gap, coef
+
+    def chunks(self, rows: np.ndarray):
+        """``rows`` split into consecutive pieces of about :data:`_CHUNK_NONZEROS` nonzeros."""
+        csum = np.cumsum(self.size[rows])
+        cut = np.searchsorted(csum, np.arange(_CHUNK_NONZEROS, int(csum[-1]) if len(csum) else 0, _CHUNK_NONZEROS))
+        return np.split(rows, np.unique(cut[cut > 0]))
+
+    def knapsack(self, rows: np.ndarray) -> np.ndarray:
+        """Each row's own bound (fractional knapsack: the cheapest bytes per unit of cost first)."""
+        out = np.zeros(len(rows))
+        at = 0
+        for part in self.chunks(rows):
+            r, gap, coef = self.build(part)
+            order = np.lexsort((self.c[gap] / coef, r))
+            r, gap, coef = r[order], gap[order], coef[order]
+            cum = np.cumsum(coef)
+            first = np.searchsorted(r, np.arange(len(part)))
+            before = np.concatenate([[0.0], cum])[first]
+            need = self.E[part][r] - (cum - coef - before[r])        # what is still to cover when reaching the item
+            take = np.clip(need / coef, 0.0, 1.0)
+            out[at:at + len(part)] = np.bincount(r, weights=take * self.c[gap], minlength=len(part))
+            at += len(part)
+        return out
+
+    def slack(self, rows: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """``(lhs - E_t) / E_t`` of each row at the point ``y`` (negative: violated)."""
+        out = np.zeros(len(rows))
+        at = 0
+        for part in self.chunks(rows):
+            r, gap, coef = self.build(part)
+            lhs = np.bincount(r, weights=coef * y[gap], minlength=len(part))
+            out[at:at + len(part)] = lhs / self.E[part] - 1.0
+            at += len(part)
+        return out
+
+
+def cost_lower_bound(graph: Graph, budget_bytes: int, time_limit_s: float | None = None,
+                     max_nonzeros: int = DEFAULT_MAX_NONZEROS, rows_per_round: int | None = None) -> BoundResult:
+    """A lower bound on the cost of every schedule of ``graph`` whose peak is within ``budget_bytes``.
+
+    The relaxation and why it is valid: the module docstring. It needs
+    ``O(n + edges)`` memory plus the LP's rows (at most ``max_nonzeros``), and
+    no formulation of the MILP.
+
+    Parameters
+    ----------
+    graph : Graph
+    budget_bytes : int
+        Total device bytes (fixed bytes included).
+    time_limit_s : float, optional
+        Wall-clock limit. The LP rounds stop at it (HiGHS gets what is left);
+        the bound is that of the last LP solved to optimality, else the best
+        single-row bound, else the sum of the costs.
+    max_nonzeros : int
+        Largest number of nonzeros the LP may hold; rows beyond it are not added.
+    rows_per_round : int, optional
+        Rows added per round (default: ``max(50, rows // 8)``).
+
+    Returns
+    -------
+    BoundResult
+
+    Raises
+    ------
+    ValueError
+        If ``budget_bytes``, ``time_limit_s`` or ``max_nonzeros`` is not a valid number.
+
+    Examples
+    --------
+    >>> from remat_core.zoo import linear_graph
+    >>> g = linear_graph(4)                       # a chain: unit costs and sizes
+    >>> cost_lower_bound(g, 10**6).value          # nothing has to be dropped
+    9.0
+    """
+    start = time.perf_counter()
+    if not isinstance(graph, Graph):
+        raise TypeError(f"`graph` must be a remat_core.Graph; got {type(graph).__name__}")
+    if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, (int, np.integer)) or budget_bytes < 0:
+        raise ValueError(f"`budget_bytes` must be a non-negative integer; got {budget_bytes!r}")
+    if time_limit_s is not None and (isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float))
+                                     or not time_limit_s >= 0):
+        raise ValueError(f"`time_limit_s` must be a number >= 0 or None; got {time_limit_s!r}")
+    if isinstance(max_nonzeros, bool) or not isinstance(max_nonzeros, (int, np.integer)) or max_nonzeros < 1:
+        raise ValueError(f"`max_nonzeros` must be a positive integer; got {max_nonzeros!r}")
+    deadline = None if time_limit_s is None else start + float(time_limit_s)
+    total = float(graph.cost.sum())
+    rows = _Rows(graph, int(budget_bytes))
+
+    def result(value: float, method: str, cuts: int = 0, converged: bool = False, knap: float = 0.0) -> BoundResult:
+        return BoundResult(value=value, method=method, cuts=cuts, rows=len(rows.stages), converged=converged,
+                           sum_cost=total, knapsack=total + knap, time_s=time.perf_counter() - start)
+
+    if rows.infeasible:
+        return result(math.inf, "infeasible", converged=True)
+    if not len(rows.stages):
+        return result(total, "sum", converged=True)
+    everything = np.arange(len(rows.stages))
+    knap = rows.knapsack(everything)
+    best_knap = float(knap.max())
+    best = result(total + best_knap * (1 - _SAFETY), "knapsack", knap=best_knap)
+    if deadline is not None and time.perf_counter() >= deadline:
+        return best
+    try:
+        return _cutting_planes(rows, knap, total, deadline, max_nonzeros, rows_per_round, best, result)
+    except (ImportError, SolverError):
+        return best
+
+
+def _cutting_planes(rows: _Rows, knap: np.ndarray, total: float, deadline: float | None, max_nonzeros: int,
+                    rows_per_round: int | None, best: BoundResult, result) -> BoundResult:
+    """The LP over growing subsets of the rows (module docstring); ``best`` until one is solved."""
+    import highspy
+
+    from .solvers.backends.highs import new_highs
+
+    n_rows, n_gaps = len(rows.stages), len(rows.a)
+    per_round = int(rows_per_round) if rows_per_round else max(50, n_rows // 8)
+    # scaled units: bytes by the largest excess, costs by the largest cost in the program
+    e_scale = float(rows.E.max())
+    c_scale = float(rows.c.max()) if n_gaps and rows.c.max() > 0 else 1.0
+    cost = rows.c / c_scale
+    h = new_highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("presolve", "off")
+    h.setOptionValue("threads", 1)
+    h.addVars(n_gaps, np.zeros(n_gaps), np.ones(n_gaps))
+    h.changeColsCost(n_gaps, np.arange(n_gaps, dtype=np.int32), cost)
+    in_lp = np.zeros(n_rows, dtype=bool)
+    order_in_lp: list[np.ndarray] = []   # the rows in HiGHS's order (the duals' order)
+    nonzeros = 0
+    candidates = np.argsort(-knap, kind="stable")   # the first round: the strongest single rows
+    value, cuts, converged = None, 0, False
+    while True:
+        room = max_nonzeros - nonzeros
+        take = candidates[np.cumsum(rows.size[candidates]) <= room][:per_round]
+        if not len(take):
+            break
+        take = np.sort(take)
+        r, gap, coef = rows.build(take)
+        order = np.argsort(r, kind="stable")
+        ptr = np.searchsorted(r[order], np.arange(len(take)))
+        status = h.addRows(len(take), rows.E[take] / e_scale, np.full(len(take), highspy.kHighsInf), len(r),
+                           ptr.astype(np.int32), gap[order].astype(np.int32), coef[order] / e_scale)
+        if status == highspy.HighsStatus.kError:
+            raise SolverError("HiGHS rejected the bound's rows")
+        in_lp[take] = True
+        order_in_lp.append(take)
+        nonzeros += len(r)
+        if deadline is not None:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                break
+            h.setOptionValue("time_limit", h.getRunTime() + left)
+        h.run()
+        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            break   # out of time (or trouble): the last optimal LP stands
+        sol = h.getSolution()
+        pi = np.maximum(np.asarray(sol.row_dual, dtype=np.float64), 0.0)
+        lp_rows = np.concatenate(order_in_lp)
+        # the Lagrangian at these duals: valid for any pi >= 0, whatever the solver's tolerances
+        rr, gg, cc = rows.build(np.sort(lp_rows))
+        pi = pi[np.argsort(lp_rows)]      # in sorted row order, as built
+        lp_rows = np.sort(lp_rows)
+        reduced = cost - np.bincount(gg, weights=pi[rr] * cc / e_scale, minlength=n_gaps)
+        lagrangian = float(pi @ (rows.E[lp_rows] / e_scale) + np.minimum(reduced, 0.0).sum()) * c_scale
+        if value is None or lagrangian > value:
+            value = lagrangian
+        cuts = len(lp_rows)
+        y = np.clip(np.asarray(sol.col_value, dtype=np.float64), 0.0, 1.0)
+        out = np.flatnonzero(~in_lp)
+        if not len(out):
+            converged = True
+            break
+        slack = rows.slack(out, y)
+        violated = slack < -_TOL
+        if not violated.any():
+            converged = True
+            break
+        candidates = out[violated][np.argsort(slack[violated], kind="stable")]
+        if deadline is not None and time.perf_counter() >= deadline:
+            break
+    if value is None or value * (1 - _SAFETY) < best.value - total:
+        return best if value is None else result(best.value, "knapsack", cuts, converged, best.knapsack - total)
+    return result(total + max(value, 0.0) * (1 - _SAFETY), "lp-cuts", cuts, converged, best.knapsack - total)
