@@ -28,8 +28,10 @@ ran. An incumbent that is not proven optimal is improved by
 :func:`~remat_core.solvers.segments.polish` (keep recomputed values where
 the memory profile leaves room, the simulator judging) while time is left.
 The result's lower bound is the best one computed: the MILP's or LP's where
-one ran, else the sum of the node costs (every node is computed at least
-once), which holds at every size.
+one ran; on the large path (and where the exact method was stopped before
+giving one), the relaxation of :func:`~remat_core.bounds.cost_lower_bound`,
+given at most :data:`_BOUND_SHARE` of the limit; at least the sum of the node
+costs (every node is computed at least once).
 """
 
 from __future__ import annotations
@@ -74,6 +76,9 @@ _SIMULATIONS = {"checkpoint-all": 1, "dtr": 3, "rotor": 3, "ap-greedy": 45, "ap-
 _RESERVE_SHARE = 0.04
 #: Time kept back from the limit for the final re-simulation and the result (seconds).
 _RESERVE_S = 0.05
+#: Largest share of the limit given to the cost bound of :mod:`remat_core.bounds` (it takes under a second on
+#: the 5,239-node shared graph, so this only matters under short limits).
+_BOUND_SHARE = 0.15
 
 
 def choose_path(graph: Graph, time_limit_s: float | None = None,
@@ -165,6 +170,30 @@ def _other_dtr_heuristics(best: _Best, graph: Graph, budget_bytes: int, left: An
         res = _run("dtr", graph, budget_bytes, heuristic=heuristic, find_min_budget=False)
         if res is not None:
             best.offer(f"dtr({heuristic})", res)
+
+
+def _relaxation_bound(best: _Best, graph: Graph, budget_bytes: int, time_limit_s: float | None, left: Any) -> None:
+    """Raise ``best``'s lower bound to :func:`~remat_core.bounds.cost_lower_bound`'s, within
+    :data:`_BOUND_SHARE` of the limit and half of the time left (it stops at its own limit)."""
+    from ..bounds import cost_lower_bound
+
+    remaining = left()
+    limit = None
+    if remaining is not None:
+        limit = min(_BOUND_SHARE * float(time_limit_s), 0.5 * remaining)
+        if limit < 0.05:
+            best.tried["bound"] = {"status": "skipped", "message": "too little time left"}
+            return
+    try:
+        res = cost_lower_bound(graph, budget_bytes, time_limit_s=limit)
+    except Exception as exc:   # the sum of the costs still stands
+        log.warning("auto: the cost bound failed: %s: %s", type(exc).__name__, exc)
+        best.tried["bound"] = {"status": "error", "message": f"{type(exc).__name__}: {exc}"}
+        return
+    best.tried["bound"] = {"status": res.method, "lower_bound": res.value, "rows": res.rows, "cuts": res.cuts,
+                           "converged": res.converged, "time_s": round(res.time_s, 3)}
+    if np.isfinite(res.value):
+        best.lower_bound = max(best.lower_bound or 0.0, res.value)
 
 
 def _polish(best: _Best, graph: Graph, budget_bytes: int, deadline: float | None, sim_s: float) -> None:
@@ -277,6 +306,8 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
             best.offer(name, res)
     cost_floor = float(np.sum(graph.cost))   # every node is computed at least once
     best.lower_bound = cost_floor if best.lower_bound is None else max(best.lower_bound, cost_floor)
+    if path == "large":   # no formulation runs there: the relaxation of remat_core.bounds gives the bound
+        _relaxation_bound(best, graph, budget_bytes, time_limit_s, left)
 
     stopped = ""   # why the exact path gave no answer (its child was stopped at the limit)
     if path in ("ilp", "lp-rounding"):
@@ -293,6 +324,8 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
         else:
             best.tried[path] = {"status": "stopped", "message": why}
             stopped = why
+    if path != "large" and best.lower_bound <= cost_floor:   # the exact method was stopped before any bound
+        _relaxation_bound(best, graph, budget_bytes, time_limit_s, left)
     # solve() re-simulates the result after this returns: keep that time back too
     deadline = None if time_limit_s is None else (
         start + (1 - _RESERVE_SHARE) * float(time_limit_s) - _RESERVE_S - 2 * sim_s)

@@ -215,3 +215,15 @@ def test_the_5239_node_lstm_within_a_time_limit():
     dtr = solve(g, resolve_budget(g, 0.7), method="dtr")
     if dtr.schedule is not None:   # a schedule at a larger budget: not comparable; at this one it must be above
         assert cost_lower_bound(g, resolve_budget(g, 0.7)).value <= dtr.objective
+
+
+def test_auto_large_path_reports_the_relaxation_bound():
+    g = random_training_graph(30, seed=1)
+    budget = resolve_budget(g, 0.5)
+    res = solve(g, budget, method="auto", time_limit_s=3, memory_limit_bytes=10**6)
+    bound = cost_lower_bound(g, budget)
+    assert res.stats["path"] == "large" and res.success
+    assert res.stats["tried"]["bound"]["status"] == bound.method == "lp-cuts"
+    assert bound.value > bound.sum_cost
+    assert res.lower_bound == pytest.approx(min(bound.value, res.objective), rel=1e-9)
+    assert res.lower_bound <= res.objective
