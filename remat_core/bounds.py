@@ -54,6 +54,7 @@ Examples
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass
@@ -64,6 +65,8 @@ from .errors import SolverError
 from .graph import Graph
 
 __all__ = ["BoundResult", "cost_lower_bound", "DEFAULT_MAX_NONZEROS"]
+
+log = logging.getLogger(__name__)
 
 #: Nonzeros the cutting-plane LP may hold (about 40 bytes each in HiGHS); the full program of the largest shared
 #: graph (LSTM_512, 5,239 nodes) has 2.7 M.
@@ -285,7 +288,6 @@ def _cutting_planes(rows: _Rows, knap: np.ndarray, total: float, deadline: float
     h = new_highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("presolve", "off")
-    h.setOptionValue("threads", 1)
     h.addVars(n_gaps, np.zeros(n_gaps), np.ones(n_gaps))
     h.changeColsCost(n_gaps, np.arange(n_gaps, dtype=np.int32), cost)
     in_lp = np.zeros(n_rows, dtype=bool)
@@ -315,8 +317,10 @@ def _cutting_planes(rows: _Rows, knap: np.ndarray, total: float, deadline: float
                 break
             h.setOptionValue("time_limit", h.getRunTime() + left)
         h.run()
-        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
-            break   # out of time (or trouble): the last optimal LP stands
+        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:   # the last optimal LP stands
+            log.info("cost bound: HiGHS stopped with %s after %d rows", h.modelStatusToString(h.getModelStatus()),
+                     int(in_lp.sum()))
+            break
         sol = h.getSolution()
         pi = np.maximum(np.asarray(sol.row_dual, dtype=np.float64), 0.0)
         lp_rows = np.concatenate(order_in_lp)

@@ -177,6 +177,16 @@ def test_cutting_planes_reach_the_full_lp(make):
         assert one_round.value == pytest.approx(full, rel=1e-6)
 
 
+@pytest.mark.parametrize("threads", [1, 2, None])
+def test_the_lp_runs_after_milps_with_any_thread_count(threads):
+    # HiGHS keeps one thread pool per process: a bound that asked for another size than the last MILP's failed
+    g = zoo_graph("unet")
+    budget = resolve_budget(g, 0.4)
+    solve(linear_graph(5), 6, method="ilp", time_limit_s=5, threads=threads)
+    res = cost_lower_bound(g, budget)
+    assert res.method == "lp-cuts" and res.converged and res.value > res.knapsack
+
+
 def test_subsets_of_rows_give_weaker_valid_bounds():
     g = random_training_graph(30, max_width=3, seed=7)
     budget = resolve_budget(g, 0.4)

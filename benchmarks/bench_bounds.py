@@ -1,0 +1,198 @@
+"""How strong the cost lower bound of ``remat_core.bounds`` is, and what it costs, from 33 to 5,239 nodes.
+
+Two parts, budgets 0.9 / 0.7 / 0.5 / 0.3 of activation memory (``remat_core.units.resolve_budget``):
+
+* small graphs where ``ilp`` proves the optimum (within ``--limit`` seconds): each bound over the optimum:
+  the sum of the node costs, the best single row (fractional knapsack), the cut LP of ``remat_core.bounds``,
+  and the Checkmate LP relaxation (the lower bound of ``lp-rounding``, the full LP over the MILP's n^2
+  variables);
+* the eight shared DTR graphs: the cut LP's bound over the sum of the costs, its time and the peak RSS of the
+  process that computes it (a child per graph: interpreter, graph and the four bounds), and the cheapest
+  schedule known (``dtr``; at 0.5 also ``auto`` with 30 s) over the bound.
+
+Writes ``results/bounds.json`` and the README section "bounds".
+
+    nice -n 5 prlimit --as=6000000000 .venv/bin/python benchmarks/bench_bounds.py
+    .venv/bin/python benchmarks/bench_bounds.py --report-only
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _report import (DTR_GRAPHS, command_line, dtr_graph_path, limit_arguments, machine_line,  # noqa: E402
+                     rewrite_section_from_results, save_json, table, write_section)
+
+FRACTIONS = (0.9, 0.7, 0.5, 0.3)
+SMALL = ("linear-16", "random-8", "random-12", "keras_vgg16", "keras_vgg19", "keras_segnet", "keras_fcn8",
+         "keras_unet", "torch_vgg16_b2")
+AUTO_LIMIT_S = 30.0
+
+
+def small_graph(name: str):
+    from remat_core.zoo import linear_graph, random_training_graph, zoo_graph
+
+    if name.startswith("linear-"):
+        return linear_graph(int(name.split("-")[1]))
+    if name.startswith("random-"):
+        layers = int(name.split("-")[1])
+        return random_training_graph(layers, 3, seed=layers)
+    return zoo_graph(name)
+
+
+def small_rows(limit: float) -> list[dict]:
+    from remat_core import SolveStatus, solve
+    from remat_core.bounds import cost_lower_bound
+    from remat_core.units import resolve_budget
+
+    rows = []
+    for name in SMALL:
+        g = small_graph(name)
+        for f in FRACTIONS:
+            b = resolve_budget(g, f)
+            t0 = time.perf_counter()
+            ilp = solve(g, b, method="ilp", time_limit_s=limit)
+            ilp_s = time.perf_counter() - t0
+            row = dict(graph=name, n=g.n, fraction=f, ilp_status=ilp.status.value, ilp_s=ilp_s,
+                       optimum=ilp.objective if ilp.status is SolveStatus.OPTIMAL else None)
+            if row["optimum"] is not None:
+                bound = cost_lower_bound(g, b)
+                t0 = time.perf_counter()
+                lp = solve(g, b, method="lp-rounding", time_limit_s=limit)
+                row.update(sum_cost=bound.sum_cost, knapsack=bound.knapsack, cut_lp=bound.value,
+                           cut_lp_s=bound.time_s, cut_method=bound.method,
+                           checkmate_lp=lp.lower_bound, checkmate_lp_s=time.perf_counter() - t0)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def child(path: str, out_path: str) -> None:
+    """The four bounds of one shared graph, in this process (its peak RSS is read by the parent)."""
+    from remat_core import load_dtr_dag
+    from remat_core.bounds import cost_lower_bound
+    from remat_core.units import resolve_budget
+
+    g = load_dtr_dag(path)
+    out = {"n": g.n, "bounds": {}}
+    for f in FRACTIONS:
+        r = cost_lower_bound(g, resolve_budget(g, f))
+        out["bounds"][str(f)] = dict(value=r.value, sum_cost=r.sum_cost, knapsack=r.knapsack, method=r.method,
+                                     rows=r.rows, cuts=r.cuts, converged=r.converged, time_s=r.time_s)
+    with open(out_path, "w") as fh:
+        json.dump(out, fh)
+
+
+def large_rows() -> list[dict]:
+    from remat_core import load_dtr_dag, solve
+    from remat_core.units import resolve_budget
+
+    rows = []
+    for name in DTR_GRAPHS:
+        path = dtr_graph_path(name)
+        if not os.path.exists(path):
+            continue
+        with tempfile.TemporaryDirectory(prefix="bench-bounds-") as d:
+            op = os.path.join(d, "out.json")
+            proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", path, op])
+            _, status, usage = os.wait4(proc.pid, 0)
+            data = json.load(open(op)) if os.path.exists(op) else None
+        if data is None:
+            rows.append(dict(graph=name, status=f"crashed ({os.waitstatus_to_exitcode(status)})"))
+            continue
+        g = load_dtr_dag(path)
+        for f in FRACTIONS:
+            bd = data["bounds"][str(f)]
+            b = resolve_budget(g, f)
+            dtr = solve(g, b, method="dtr")
+            row = dict(graph=name, n=g.n, fraction=f, peak_rss_mib=usage.ru_maxrss / 1024, **bd,
+                       dtr=dtr.objective)
+            if f == 0.5:
+                t0 = time.perf_counter()
+                auto = solve(g, b, method="auto", time_limit_s=AUTO_LIMIT_S)
+                row.update(auto=auto.objective, auto_s=time.perf_counter() - t0, auto_chosen=auto.stats.get("chosen"),
+                           auto_bound=auto.lower_bound)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def _x(value, base, digits=3) -> str:
+    return "-" if value is None or base is None else f"{value / base:.{digits}f}"
+
+
+def render(rows: list[dict], meta: dict) -> str:
+    small = [r for r in rows if r.get("part") == "small"]
+    large = [r for r in rows if r.get("part") == "large"]
+    out = ["## bounds: a lower bound on schedule cost at every size (issue 26)", "",
+           f"`{meta['command']}` on {meta['machine']}; a shared machine, loaded by other work: times are "
+           "indicative.", "",
+           "**Small graphs, each bound over the optimum that `ilp` proved** (1.000 = the bound is the optimum). "
+           "*sum*: the sum of the node costs; *knapsack*: the best single stage row of the relaxation; "
+           "*cut LP*: `remat_core.bounds.cost_lower_bound`; *Checkmate LP*: the LP relaxation of the MILP "
+           f"(`lp-rounding`'s lower bound). Rows where `ilp` did not prove the optimum within {meta['limit']:g} s "
+           "are left out.", ""]
+    body = []
+    for r in small:
+        if r.get("optimum") is None:
+            continue
+        opt = r["optimum"]
+        body.append([r["graph"], r["n"], r["fraction"], f"{opt:.6g}", _x(r["sum_cost"], opt), _x(r["knapsack"], opt),
+                     _x(r["cut_lp"], opt), _x(r["checkmate_lp"], opt), f"{r['cut_lp_s']:.3f}",
+                     f"{r['checkmate_lp_s']:.1f}"])
+    out.append(table(["graph", "nodes", "budget", "optimum", "sum", "knapsack", "cut LP", "Checkmate LP",
+                      "cut LP s", "lp-rounding s"], body))
+    unproven = [f"{r['graph']} @{r['fraction']}" for r in small if r.get("optimum") is None]
+    if unproven:
+        out += ["", "Not proven within the limit (left out): " + ", ".join(unproven) + "."]
+    out += ["", "**The eight shared graphs**: the cut LP's bound over the sum of the node costs, its rows (stages "
+            "that must drop memory) and the rows it needed (cuts), its time, the peak RSS of the process computing "
+            "the four bounds of the graph, and the cheapest schedule known over the bound (`dtr`; at 0.5 also "
+            f"`auto` with {AUTO_LIMIT_S:g} s). *infeasible*: no schedule found.", ""]
+    body = []
+    for r in large:
+        if "value" not in r:
+            body.append([r["graph"], "-", "-", r.get("status", ""), "", "", "", "", "", "", ""])
+            continue
+        best = [v for v in (r.get("dtr"), r.get("auto")) if v is not None]
+        auto = "" if r["fraction"] != 0.5 else (
+            f"{r['auto'] / r['value']:.3f} ({r['auto_chosen']})" if r.get("auto") is not None else "infeasible")
+        body.append([r["graph"], r["n"], r["fraction"], f"{r['value'] / r['sum_cost']:.4f}",
+                     f"{r['knapsack'] / r['sum_cost']:.4f}", f"{r['cuts']}/{r['rows']}", f"{r['time_s']:.2f}",
+                     f"{r['peak_rss_mib']:.0f}", _x(r.get("dtr"), r["value"]) if r.get("dtr") else "infeasible",
+                     auto, _x(min(best), r["value"]) if best else "-"])
+    out.append(table(["graph", "nodes", "budget", "cut LP / sum", "knapsack / sum", "cuts/rows", "bound s",
+                      "peak RSS MiB", "dtr / bound", f"auto {AUTO_LIMIT_S:g} s / bound", "best / bound"], body))
+    out += ["", "Reading the tables: see `docs/large_graphs.rst` (section *A lower bound at every size*) for what the "
+            "relaxation drops. Where *best / bound* stays well above 1, either the schedules or the bound are far "
+            "from the optimum, and these numbers cannot tell which."]
+    return "\n".join(out)
+
+
+def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == "--child":
+        child(sys.argv[2], sys.argv[3])
+        return
+    args = limit_arguments(__doc__, "small graphs only, no shared graphs", 60.0, "ilp / lp-rounding limit (s)")
+    if args.report_only:
+        rewrite_section_from_results("bounds", "bounds", render)
+        return
+    meta = dict(command=command_line(), machine=machine_line(), limit=args.limit)
+    rows = [dict(r, part="small") for r in small_rows(args.limit)]
+    if not args.quick:
+        rows += [dict(r, part="large") for r in large_rows()]
+    save_json("bounds", {"meta": meta, "rows": rows})
+    write_section("bounds", render(rows, meta))
+
+
+if __name__ == "__main__":
+    main()
