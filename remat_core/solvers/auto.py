@@ -30,7 +30,7 @@ the memory profile leaves room, the simulator judging) while time is left.
 The result's lower bound is the best one computed: the MILP's or LP's where
 one ran; on the large path (and where the exact method was stopped before
 giving one), the relaxation of :func:`~remat_core.bounds.cost_lower_bound`,
-given at most :data:`_BOUND_SHARE` of the limit; at least the sum of the node
+given at most 15% of the limit; at least the sum of the node
 costs (every node is computed at least once).
 """
 
