@@ -286,37 +286,65 @@ def test_race_starts_its_child_only_when_the_short_search_outlasts_the_delay(cha
     assert out.status is SolveStatus.OPTIMAL and out.objective + sf12.objective_offset == pytest.approx(37, abs=1e-6)
 
 
-@pytest.mark.slow  # timing-dependent: under load the search reaches its time limit first (seen in CI-like runs)
+class _StopAfterShortSearch(Exception):
+    pass
+
+
+def _short_search(monkeypatch, sf, start, clock_step_s=None, **constants):
+    """Run ``race`` up to the end of its short search, with ``constants`` set in ``portfolio``, and return
+    that search's result and the keywords it was called with. No child starts, and HiGHS is not run.
+
+    With ``clock_step_s``, the portfolio's clock (the one its short search's soft time and floor cap are
+    measured on) advances by that much at each reading instead of with the machine's load."""
+    from remat_core.solvers import branch_and_cut as bc_module
+    from remat_core.solvers.backends import highs as highs_module
+
+    for name, value in constants.items():
+        monkeypatch.setattr(portfolio, name, value)
+    if clock_step_s is not None:
+        ticks = iter(range(1, 10**9))
+        monkeypatch.setattr(portfolio, "time", type("Clock", (), {
+            "perf_counter": staticmethod(lambda: next(ticks) * clock_step_s), "time": staticmethod(time.time)}))
+    got = []
+    real = bc_module.branch_and_cut
+    monkeypatch.setattr(bc_module, "branch_and_cut", lambda *a, **k: got.append((real(*a, **k), k)) or got[-1][0])
+    monkeypatch.setattr(portfolio, "start_child", lambda *a, **k: None)
+
+    def stop(*a, **k):
+        raise _StopAfterShortSearch
+
+    monkeypatch.setattr(highs_module, "solve", stop)
+    with pytest.raises(_StopAfterShortSearch):
+        portfolio.race(sf, start, time_limit_s=120, mip_rel_gap=1e-4, threads=None, verbose=False, milp_options=None)
+    assert len(got) == 1
+    return got[0]
+
+
 def test_the_short_search_runs_its_node_floor_even_when_its_time_is_spent(monkeypatch):
     """The short search stops at its soft time only after ``_QUICK_MIN_NODES`` nodes (a proof depends on
-    nodes, not seconds) or ``_QUICK_FLOOR_S`` more: with the soft time at 0 and that cap long it searches
-    exactly that many, and it ends at ``_QUICK_S`` or the cap at the latest."""
+    nodes, not seconds) or ``_QUICK_FLOOR_S`` more, and at ``_QUICK_S`` at the latest. The portfolio's clock
+    is simulated (each reading a quarter second later), so what is checked does not depend on the load."""
     g = linear_graph(12)
     sf = _strengthen(build_milp(g, 5, "strong"), "highs", 1, None)[0]
     start = sf.encode(solve(g, 5, method="rotor").schedule)
-    monkeypatch.setattr(portfolio, "_CHILD_DELAY_S", 0.0)
-    monkeypatch.setattr(portfolio, "_CHILD_READY_S", 0.0)
-    monkeypatch.setattr(portfolio, "_QUICK_MIN_S", 0.0)
-    monkeypatch.setattr(portfolio, "_QUICK_FLOOR_S", 60.0)
+    spent = dict(_CHILD_DELAY_S=0.0, _CHILD_READY_S=0.0, _QUICK_MIN_S=0.0)   # the soft time is 0: spent at once
     for floor in (1, 6):
-        monkeypatch.setattr(portfolio, "_QUICK_MIN_NODES", floor)
-        out, details = portfolio.race(sf, start, time_limit_s=120, mip_rel_gap=1e-4, threads=None,
-                                      verbose=False, milp_options=None)
-        assert details["quick"]["nodes"] == floor, details["quick"]
-        assert details["quick"]["status"] == "branch-and-cut: stopped by the caller"
-        assert out.status is SolveStatus.OPTIMAL and out.objective + sf.objective_offset == pytest.approx(37, abs=1e-6)
-    monkeypatch.setattr(portfolio, "_QUICK_MIN_NODES", 10**6)
-    monkeypatch.setattr(portfolio, "_QUICK_S", 0.2)
-    out, details = portfolio.race(sf, start, time_limit_s=120, mip_rel_gap=1e-4, threads=None, verbose=False,
-                                  milp_options=None)
-    assert details["quick"]["status"] == "branch-and-cut: time limit" and details["quick"]["time_s"] <= 0.3
-    # the floor runs at most _QUICK_FLOOR_S past the soft time (here 0): then it stops short of its nodes
-    monkeypatch.setattr(portfolio, "_QUICK_S", 60.0)
-    monkeypatch.setattr(portfolio, "_QUICK_FLOOR_S", 0.05)
-    out, details = portfolio.race(sf, start, time_limit_s=120, mip_rel_gap=1e-4, threads=None, verbose=False,
-                                  milp_options=None)
-    assert details["quick"]["status"] == "branch-and-cut: stopped by the caller", details["quick"]
-    assert details["quick"]["time_s"] < 5.0 and details["quick"]["nodes"] < 10**6
+        quick, _ = _short_search(monkeypatch, sf, start, clock_step_s=0.25, _QUICK_MIN_NODES=floor,
+                                 _QUICK_FLOOR_S=60.0, _QUICK_S=60.0, **spent)
+        assert quick.stats["nodes"] == floor, quick.stats
+        assert quick.stats["backend_status"] == "branch-and-cut: stopped by the caller"
+    # the floor runs at most _QUICK_FLOOR_S past the soft time (here 0), then the search stops short of its
+    # nodes: the clock reads 0.25 s per node, so the third check (0.75 s >= 0.6 s) stops it after 2 nodes
+    quick, _ = _short_search(monkeypatch, sf, start, clock_step_s=0.25, _QUICK_MIN_NODES=10**6,
+                             _QUICK_FLOOR_S=0.6, _QUICK_S=60.0, **spent)
+    assert quick.stats["backend_status"] == "branch-and-cut: stopped by the caller"
+    assert quick.stats["nodes"] == 2, quick.stats
+    # _QUICK_S (within _QUICK_SHARE of the limit) is the short search's own time limit, floor or not
+    quick, kwargs = _short_search(monkeypatch, sf, start, _QUICK_MIN_NODES=10**6, _QUICK_FLOOR_S=60.0,
+                                  _QUICK_S=0.2, **spent)
+    assert kwargs["time_limit_s"] == 0.2
+    assert quick.stats["backend_status"] == "branch-and-cut: time limit"
+    assert quick.stats["nodes"] < 10**6
 
 
 def test_ilp_starts_the_child_before_rens_only_when_rens_runs(monkeypatch):
