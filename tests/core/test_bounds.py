@@ -177,6 +177,18 @@ def test_cutting_planes_reach_the_full_lp(make):
         assert one_round.value == pytest.approx(full, rel=1e-6)
 
 
+def test_rows_scanned_in_chunks_give_the_same_bound(monkeypatch):
+    import remat_core.bounds as bounds
+
+    g = random_training_graph(30, max_width=3, seed=7)
+    budget = resolve_budget(g, 0.4)
+    whole = cost_lower_bound(g, budget, rows_per_round=5)
+    monkeypatch.setattr(bounds, "_CHUNK_NONZEROS", 40)
+    chunked = cost_lower_bound(g, budget, rows_per_round=5)
+    assert chunked.value == pytest.approx(whole.value, rel=1e-9)
+    assert chunked.knapsack == pytest.approx(whole.knapsack, rel=1e-12) and chunked.cuts == whole.cuts
+
+
 @pytest.mark.parametrize("threads", [1, 2, None])
 def test_the_lp_runs_after_milps_with_any_thread_count(threads):
     # HiGHS keeps one thread pool per process: a bound that asked for another size than the last MILP's failed
