@@ -72,7 +72,7 @@ log = logging.getLogger(__name__)
 #: graph (LSTM_512, 5,239 nodes) has 2.7 M.
 DEFAULT_MAX_NONZEROS = 4_000_000
 #: Nonzeros of the constraint rows materialized at once when the rows are scanned (knapsack, separation).
-_CHUNK_NONZEROS = 1_000_000
+_CHUNK_NONZEROS = 250_000
 #: A row is violated when its left-hand side is below ``(1 - _TOL) * E_t``.
 _TOL = 1e-7
 #: Share of the bound given up against floating-point error in the Lagrangian's evaluation.
@@ -171,11 +171,14 @@ class _Rows:
         cut = np.searchsorted(csum, np.arange(_CHUNK_NONZEROS, int(csum[-1]) if len(csum) else 0, _CHUNK_NONZEROS))
         return np.split(rows, np.unique(cut[cut > 0]))
 
-    def knapsack(self, rows: np.ndarray) -> np.ndarray:
-        """Each row's own bound (fractional knapsack: the cheapest bytes per unit of cost first)."""
+    def knapsack(self, rows: np.ndarray, deadline: float | None = None) -> np.ndarray:
+        """Each row's own bound (fractional knapsack: the cheapest bytes per unit of cost first); rows not
+        reached by ``deadline`` get 0 (also a valid bound)."""
         out = np.zeros(len(rows))
         at = 0
         for part in self.chunks(rows):
+            if deadline is not None and time.perf_counter() >= deadline:
+                break
             r, gap, coef = self.build(part)
             order = np.lexsort((self.c[gap] / coef, r))
             r, gap, coef = r[order], gap[order], coef[order]
@@ -220,7 +223,8 @@ def cost_lower_bound(graph: Graph, budget_bytes: int, time_limit_s: float | None
     max_nonzeros : int
         Largest number of nonzeros the LP may hold; rows beyond it are not added.
     rows_per_round : int, optional
-        Rows added per round (default: ``max(50, rows // 8)``).
+        Rows added per round (default: an eighth of the rows, at least 50 and at most 200; a short first
+        round gives a valid LP bound sooner).
 
     Returns
     -------
@@ -261,9 +265,9 @@ def cost_lower_bound(graph: Graph, budget_bytes: int, time_limit_s: float | None
     if not len(rows.stages):
         return result(total, "sum", converged=True)
     everything = np.arange(len(rows.stages))
-    knap = rows.knapsack(everything)
+    knap = rows.knapsack(everything, deadline)
     best_knap = float(knap.max())
-    best = result(total + best_knap * (1 - _SAFETY), "knapsack", knap=best_knap)
+    best = result(total + best_knap * (1 - _SAFETY), "knapsack" if best_knap > 0 else "sum", knap=best_knap)
     if deadline is not None and time.perf_counter() >= deadline:
         return best
     try:
@@ -280,7 +284,7 @@ def _cutting_planes(rows: _Rows, knap: np.ndarray, total: float, deadline: float
     from .solvers.backends.highs import new_highs
 
     n_rows, n_gaps = len(rows.stages), len(rows.a)
-    per_round = int(rows_per_round) if rows_per_round else max(50, n_rows // 8)
+    per_round = int(rows_per_round) if rows_per_round else max(50, min(200, n_rows // 8))
     # scaled units: bytes by the largest excess, costs by the largest cost in the program
     e_scale = float(rows.E.max())
     c_scale = float(rows.c.max()) if n_gaps and rows.c.max() > 0 else 1.0
