@@ -285,8 +285,8 @@ def _cutting_planes(rows: _Rows, knap: np.ndarray, total: float, deadline: float
 
     n_rows, n_gaps = len(rows.stages), len(rows.a)
     per_round = int(rows_per_round) if rows_per_round else max(50, min(200, n_rows // 8))
-    # scaled units: bytes by the largest excess, costs by the largest cost in the program
-    e_scale = float(rows.E.max())
+    # scaled units: each row divided by its excess (right-hand side 1, coefficients in (0, 1]), costs by the
+    # largest cost in the program
     c_scale = float(rows.c.max()) if n_gaps and rows.c.max() > 0 else 1.0
     cost = rows.c / c_scale
     h = new_highs()
@@ -308,8 +308,8 @@ def _cutting_planes(rows: _Rows, knap: np.ndarray, total: float, deadline: float
         r, gap, coef = rows.build(take)
         order = np.argsort(r, kind="stable")
         ptr = np.searchsorted(r[order], np.arange(len(take)))
-        status = h.addRows(len(take), rows.E[take] / e_scale, np.full(len(take), highspy.kHighsInf), len(r),
-                           ptr.astype(np.int32), gap[order].astype(np.int32), coef[order] / e_scale)
+        status = h.addRows(len(take), np.ones(len(take)), np.full(len(take), highspy.kHighsInf), len(r),
+                           ptr.astype(np.int32), gap[order].astype(np.int32), coef[order] / rows.E[take][r[order]])
         if status == highspy.HighsStatus.kError:
             raise SolverError("HiGHS rejected the bound's rows")
         in_lp[take] = True
@@ -332,8 +332,8 @@ def _cutting_planes(rows: _Rows, knap: np.ndarray, total: float, deadline: float
         rr, gg, cc = rows.build(np.sort(lp_rows))
         pi = pi[np.argsort(lp_rows)]      # in sorted row order, as built
         lp_rows = np.sort(lp_rows)
-        reduced = cost - np.bincount(gg, weights=pi[rr] * cc / e_scale, minlength=n_gaps)
-        lagrangian = float(pi @ (rows.E[lp_rows] / e_scale) + np.minimum(reduced, 0.0).sum()) * c_scale
+        reduced = cost - np.bincount(gg, weights=pi[rr] * cc / rows.E[lp_rows][rr], minlength=n_gaps)
+        lagrangian = float(pi.sum() + np.minimum(reduced, 0.0).sum()) * c_scale
         if value is None or lagrangian > value:
             value = lagrangian
         cuts = len(lp_rows)
