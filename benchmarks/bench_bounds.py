@@ -33,7 +33,7 @@ from _report import (DTR_GRAPHS, command_line, dtr_graph_path, limit_arguments, 
                      rewrite_section_from_results, save_json, table, write_section)
 
 FRACTIONS = (0.9, 0.7, 0.5, 0.3)
-SMALL = ("linear-16", "random-8", "random-12", "keras_vgg16", "keras_vgg19", "keras_segnet", "keras_fcn8",
+SMALL = ("linear-8", "linear-16", "random-8", "random-12", "keras_vgg16", "keras_vgg19", "keras_segnet", "keras_fcn8",
          "keras_unet", "torch_vgg16_b2")
 AUTO_LIMIT_S = 30.0
 
