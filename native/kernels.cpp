@@ -266,7 +266,7 @@ PyObject* path_cuts(PyObject*, PyObject* args) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// dtr(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, heuristic, seed, max_computes)
+// dtr(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, heuristic, seed, max_computes[, keep_dead])
 //   -> (info, R_ptr, R_idx, S_ptr, S_idx); the algorithm, scores and tie-breaking of _reference.dtr.
 enum { H_DTR = 0, H_DTR_EQ, H_DTR_LOCAL, H_LRU, H_LARGEST, H_MSPS, H_RANDOM };
 
@@ -282,7 +282,7 @@ struct DtrRun {
     int64_t n;
     const int64_t *dep_ptr, *dep_idx, *user_ptr, *user_idx, *mem, *ws;
     const double* cost;
-    int64_t heuristic;
+    int64_t heuristic, keep_dead = 0;
     std::vector<int64_t> last_use, parent, size, seen, stack;
     std::vector<char> resident, in_uf;
     std::vector<double> class_cost;
@@ -303,10 +303,26 @@ struct DtrRun {
         class_cost[ra] += class_cost[rb];
     }
     bool evicted_reader(int64_t j, int64_t t) const { return j < t && !resident[j] && last_use[j] > t; }
-    bool can_free(int64_t i, int64_t t) const {
+    bool can_free(int64_t i, int64_t t) {   // dead, and no value still read later needs it recomputed
         if (last_use[i] > t) return false;
-        for (int64_t q = user_ptr[i]; q < user_ptr[i + 1]; ++q)
-            if (evicted_reader(user_idx[q], t)) return false;
+        if (keep_dead)
+            for (int64_t q = user_ptr[i]; q < user_ptr[i + 1]; ++q)
+                if (last_use[user_idx[q]] > t) return false;
+        ++stamp;
+        seen[i] = stamp;
+        size_t top = 0;
+        stack[top++] = i;
+        while (top > 0) {
+            const int64_t x = stack[--top];
+            for (int64_t q = user_ptr[x]; q < user_ptr[x + 1]; ++q) {
+                const int64_t j = user_idx[q];
+                if (j < t && !resident[j] && seen[j] != stamp) {
+                    if (last_use[j] > t) return false;
+                    seen[j] = stamp;
+                    stack[top++] = j;
+                }
+            }
+        }
         return true;
     }
     void leave(int64_t v, int64_t t) {
@@ -374,11 +390,11 @@ struct DtrRun {
 
 PyObject* dtr(PyObject*, PyObject* args) {
     Py_ssize_t n;
-    long long fixed, budget, heuristic, max_computes;
+    long long fixed, budget, heuristic, max_computes, keep_dead = 0;
     unsigned long long seed;
     PyObject *o_dp, *o_di, *o_up, *o_ui, *o_mem, *o_ws, *o_cost;
-    if (!PyArg_ParseTuple(args, "nOOOOOOOLLLKL", &n, &o_dp, &o_di, &o_up, &o_ui, &o_mem, &o_ws, &o_cost, &fixed,
-                          &budget, &heuristic, &seed, &max_computes))
+    if (!PyArg_ParseTuple(args, "nOOOOOOOLLLKL|L", &n, &o_dp, &o_di, &o_up, &o_ui, &o_mem, &o_ws, &o_cost, &fixed,
+                          &budget, &heuristic, &seed, &max_computes, &keep_dead))
         return nullptr;
     Buf dp, di, up, ui, mb, wb;
     FBuf cb;
@@ -394,7 +410,7 @@ PyObject* dtr(PyObject*, PyObject* args) {
         const size_t N = static_cast<size_t>(n);
         DtrRun d;
         d.n = n; d.dep_ptr = dp.data(); d.dep_idx = di.data(); d.user_ptr = up.data(); d.user_idx = ui.data();
-        d.mem = mb.data(); d.ws = wb.data(); d.cost = cb.data(); d.heuristic = heuristic;
+        d.mem = mb.data(); d.ws = wb.data(); d.cost = cb.data(); d.heuristic = heuristic; d.keep_dead = keep_dead;
         const int64_t *dep_ptr = d.dep_ptr, *dep_idx = d.dep_idx, *mem = d.mem, *ws = d.ws;
         const double* cost = d.cost;
         d.last_use.resize(N); d.parent.resize(N); d.size.assign(N, 1); d.seen.assign(N, 0);

@@ -125,10 +125,10 @@ def path_cuts(n, in_ptr, in_idx, W, cum, first, Rcol, Scol, tol, max_cuts, kerne
 
 
 def dtr(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, heuristic, seed, max_computes,
-        kernel: str | None = None):
+        keep_dead: bool = False, kernel: str | None = None):
     """Dispatching wrapper of the DTR simulation (see ``_reference.dtr``): ``(info, R_ptr, R_idx, S_ptr, S_idx)``.
     ``cost`` is made contiguous float64, the other arrays int64."""
     k = get_kernel(kernel)
     return k.dtr(int(n), _i64(dep_ptr), _i64(dep_idx), _i64(user_ptr), _i64(user_idx), _i64(mem), _i64(ws),
                  np.ascontiguousarray(cost, dtype=np.float64), int(fixed), int(budget), int(heuristic), int(seed),
-                 int(max_computes))
+                 int(max_computes), int(bool(keep_dead)))

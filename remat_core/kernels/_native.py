@@ -30,7 +30,8 @@ def path_cuts(n, in_ptr, in_idx, W, cum, first, Rcol, Scol, tol, max_cuts):
             np.frombuffer(idx, dtype=np.int64))
 
 
-def dtr(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, heuristic, seed, max_computes):
+def dtr(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, heuristic, seed, max_computes,
+        keep_dead=0):
     out = _native_ext.dtr(int(n), dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, int(fixed), int(budget),
-                          int(heuristic), int(seed), int(max_computes))
+                          int(heuristic), int(seed), int(max_computes), int(keep_dead))
     return tuple(np.frombuffer(a, dtype=np.int64) for a in out)

@@ -320,19 +320,34 @@ def _res_remove(v, resident, res_list, res_pos, n_res):  # pragma: no cover - co
 
 
 @njit(cache=True, nogil=True)
-def _dtr_can_free(i, t, user_ptr, user_idx, resident, last_use):  # pragma: no cover - compiled
+def _dtr_can_free(i, t, user_ptr, user_idx, resident, last_use, keep_dead, seen, stamp,
+                  stack):  # pragma: no cover - compiled
     if last_use[i] > t:
         return False
-    for q in range(user_ptr[i], user_ptr[i + 1]):
-        j = user_idx[q]
-        if j < t and not resident[j] and last_use[j] > t:
-            return False
+    if keep_dead:
+        for q in range(user_ptr[i], user_ptr[i + 1]):
+            if last_use[user_idx[q]] > t:
+                return False
+    seen[i] = stamp
+    stack[0] = i
+    top = 1
+    while top > 0:
+        top -= 1
+        x = stack[top]
+        for q in range(user_ptr[x], user_ptr[x + 1]):
+            j = user_idx[q]
+            if j < t and not resident[j] and seen[j] != stamp:
+                if last_use[j] > t:
+                    return False
+                seen[j] = stamp
+                stack[top] = j
+                top += 1
     return True
 
 
 @njit(cache=True, nogil=True)
 def dtr(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, heuristic, seed,
-        max_computes):  # pragma: no cover - compiled
+        max_computes, keep_dead=0):  # pragma: no cover - compiled
     last_use = np.arange(n)
     for k in range(n):
         if user_ptr[k + 1] > user_ptr[k]:
@@ -498,12 +513,17 @@ def dtr(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, h
                 i = dep_idx[q]
                 last_access[i] = clock
                 pins[i] -= 1
-                if pins[i] == 0 and resident[i] and _dtr_can_free(i, t, user_ptr, user_idx, resident, last_use):
+                if pins[i] != 0 or not resident[i]:
+                    continue
+                stamp += 1
+                if _dtr_can_free(i, t, user_ptr, user_idx, resident, last_use, keep_dead, seen, stamp, stack):
                     n_res = _res_remove(i, resident, res_list, res_pos, n_res)
                     current -= mem[i]
                     _dtr_leave(i, t, heuristic, dep_ptr, dep_idx, user_ptr, user_idx, resident, last_use, cost,
                                parent, size, class_cost, in_uf)
-            if pins[k] == 0 and _dtr_can_free(k, t, user_ptr, user_idx, resident, last_use):
+            stamp += 1
+            if pins[k] == 0 and _dtr_can_free(k, t, user_ptr, user_idx, resident, last_use, keep_dead, seen, stamp,
+                                              stack):
                 n_res = _res_remove(k, resident, res_list, res_pos, n_res)
                 current -= mem[k]
                 _dtr_leave(k, t, heuristic, dep_ptr, dep_idx, user_ptr, user_idx, resident, last_use, cost,

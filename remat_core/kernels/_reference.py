@@ -209,7 +209,8 @@ def dtr_random_key(seed, evictions, v):
     return float(z >> 11)
 
 
-def dtr(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, heuristic, seed, max_computes):
+def dtr(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, heuristic, seed, max_computes,
+        keep_dead=0):
     """Run DTR's greedy online evictor over the topological order; returns ``(info, R_ptr, R_idx, S_ptr, S_idx)``.
 
     The graph's nodes are the operator sequence of one training step. The run
@@ -234,11 +235,18 @@ def dtr(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, h
        accessed at ``clock``. Each input whose last pin this was, and ``k``
        itself when it is not pinned, is freed if it is dead (no node after
        ``t`` reads it: ``last_use <= t``; ``last_use`` is the largest reader,
-       or the node itself when nothing reads it) and no evicted reader still
-       read after ``t`` would need it to be recomputed. A dead value that is
-       still needed that way stays resident as an ordinary candidate (freeing
-       it would make the reader's recomputation reach back through every dead
-       ancestor: on an LSTM, the whole forward pass).
+       or the node itself when nothing reads it) and no value still read
+       after ``t`` would need it to be recomputed: no non-resident value
+       ``j < t`` reachable from it through readers (a depth-first walk over
+       non-resident readers, dead ones included) has ``last_use > t``. With
+       ``keep_dead`` it is also kept while any of its readers has ``last_use
+       > t`` (resident or not), so that evicting that reader later leaves a
+       one-step recomputation. A dead value that is still needed that way
+       stays resident as an ordinary candidate: freeing it would make the
+       recomputation reach back through every dead ancestor (on an LSTM, the
+       whole forward pass), and a stage computes its row in ascending order,
+       so such a long recomputation holds every value of the row that a later
+       node of the row reads, all at once.
     4. **The schedule.** ``S[t]`` is the set of values resident when stage
        ``t`` began, minus those evicted during stage ``t`` (they were not read
        in it, being unpinned: evicting them at the stage boundary is the same
@@ -281,7 +289,7 @@ def dtr(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, h
     """
     dep_ptr, dep_idx, user_ptr, user_idx = (a.tolist() for a in (dep_ptr, dep_idx, user_ptr, user_idx))
     mem, ws, cost = mem.tolist(), ws.tolist(), cost.tolist()
-    fixed, budget, seed, max_computes = int(fixed), int(budget), int(seed), int(max_computes)
+    fixed, budget, seed, max_computes, keep_dead = int(fixed), int(budget), int(seed), int(max_computes), int(keep_dead)
     inputs = [dep_idx[dep_ptr[k]:dep_ptr[k + 1]] for k in range(n)]
     readers = [user_idx[user_ptr[k]:user_ptr[k + 1]] for k in range(n)]
     last_use = [rs[-1] if rs else k for k, rs in enumerate(readers)]
@@ -316,8 +324,18 @@ def dtr(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, h
     def evicted_reader(j, t):   # a computed, non-resident value still read after stage t
         return j < t and not resident[j] and last_use[j] > t
 
-    def can_free(i, t):         # dead, and no evicted value still read later needs it to be recomputed
-        return last_use[i] <= t and not any(evicted_reader(j, t) for j in readers[i])
+    def can_free(i, t):         # dead, and no value still read later needs it to be recomputed
+        if last_use[i] > t or (keep_dead and any(last_use[j] > t for j in readers[i])):
+            return False
+        seen, stack = {i}, [i]
+        while stack:
+            for j in readers[stack.pop()]:
+                if j < t and not resident[j] and j not in seen:
+                    if last_use[j] > t:
+                        return False
+                    seen.add(j)
+                    stack.append(j)
+        return True
 
     def leave(v, t):            # v stops being resident (evicted or dead): the classes of h_dtr_eq
         if heuristic != DTR_H_DTR_EQ:

@@ -58,8 +58,14 @@ def _check_options(heuristic: Any, seed: Any, max_compute_factor: Any) -> None:
 
 
 def dtr_run(graph: Graph, budget_bytes: int, heuristic: str = DEFAULT_HEURISTIC, seed: int = 0,
-            max_compute_factor: float = DEFAULT_MAX_COMPUTE_FACTOR, kernel: str | None = None) -> dict[str, Any]:
+            max_compute_factor: float = DEFAULT_MAX_COMPUTE_FACTOR, kernel: str | None = None,
+            keep_dead: bool = False) -> dict[str, Any]:
     """One DTR run on ``graph`` under ``budget_bytes``; the kernel's outputs as a dict.
+
+    With ``keep_dead``, a value past its last use stays resident (as an
+    eviction candidate) while one of its readers is still read later, so
+    that evicting that reader leaves a one-step recomputation (see
+    :func:`remat_core.kernels._reference.dtr`).
 
     Keys: ``ok`` (bool), ``code`` (0 ok, 1 an operator's working set did not
     fit, 2 thrashing: the computation cap was reached), ``fail_stage``,
@@ -79,11 +85,12 @@ def dtr_run(graph: Graph, budget_bytes: int, heuristic: str = DEFAULT_HEURISTIC,
     max_computes = int(min(2**62, max(graph.n, math.ceil(max_compute_factor * graph.n))))
     info, R_ptr, R_idx, S_ptr, S_idx = kernels.dtr(
         graph.n, dep_ptr, dep_idx, user_ptr, user_idx, graph.memory_bytes, graph.workspace_bytes, graph.cost,
-        graph.fixed_bytes, int(budget_bytes), HEURISTICS[heuristic], int(seed), max_computes, kernel=kernel)
+        graph.fixed_bytes, int(budget_bytes), HEURISTICS[heuristic], int(seed), max_computes, keep_dead=keep_dead,
+        kernel=kernel)
     code, fail_stage, fail_node, need, peak, computations, evictions = (int(x) for x in info)
     out = dict(ok=code == _ref.DTR_OK, code=code, fail_stage=fail_stage, fail_node=fail_node,
                fail_need_bytes=need, peak_bytes=peak, computations=computations, evictions=evictions,
-               schedule=None)
+               keep_dead=bool(keep_dead), schedule=None)
     if out["ok"]:
         out["schedule"] = Schedule.from_csr(graph.n, R_ptr, R_idx, S_ptr, S_idx)
     return out
@@ -101,6 +108,17 @@ def _smallest_success(graph: Graph, lo: int, hi: int, run_at) -> int:
         else:
             lo = mid
     return hi
+
+
+def _run_with_fallback(graph: Graph, budget_bytes: int, heuristic: str, seed: int,
+                       max_compute_factor: float) -> dict[str, Any]:
+    """The default run; when it fails, the ``keep_dead`` run if that one succeeds (else the default's failure)."""
+    run = dtr_run(graph, budget_bytes, heuristic, seed, max_compute_factor)
+    if not run["ok"]:
+        again = dtr_run(graph, budget_bytes, heuristic, seed, max_compute_factor, keep_dead=True)
+        if again["ok"]:
+            return again
+    return run
 
 
 def solve_dtr(graph: Graph, budget_bytes: int, heuristic: str = DEFAULT_HEURISTIC, seed: int = 0,
@@ -129,7 +147,16 @@ def solve_dtr(graph: Graph, budget_bytes: int, heuristic: str = DEFAULT_HEURISTI
         ``FEASIBLE`` with the schedule, or ``INFEASIBLE`` (never an
         exception) when an operator's working set does not fit or the run
         thrashes. ``stats``: ``heuristic``, ``computations``, ``evictions``,
-        ``dtr_peak_bytes`` (the run's own accounting).
+        ``dtr_peak_bytes`` (the run's own accounting), ``keep_dead``.
+
+    Notes
+    -----
+    When the run fails, it is run again with ``keep_dead`` (values past their
+    last use kept while a reader is still read later; see :func:`dtr_run`),
+    and that run's schedule is returned if it succeeds: in the stage format a
+    long recomputation holds much of its row at once, and on an LSTM's
+    backward pass (per-step weight-gradient pieces that are summed at the
+    end) the default rule leaves no short recomputation to evict.
 
     Examples
     --------
@@ -140,9 +167,10 @@ def solve_dtr(graph: Graph, budget_bytes: int, heuristic: str = DEFAULT_HEURISTI
     ('feasible', True)
     """
     _check_options(heuristic, seed, max_compute_factor)
-    run = dtr_run(graph, budget_bytes, heuristic, seed, max_compute_factor)
+    run = _run_with_fallback(graph, budget_bytes, heuristic, seed, max_compute_factor)
     stats: dict[str, Any] = dict(heuristic=heuristic, computations=run["computations"],
-                                 evictions=run["evictions"], dtr_peak_bytes=run["peak_bytes"])
+                                 evictions=run["evictions"], dtr_peak_bytes=run["peak_bytes"],
+                                 keep_dead=run["keep_dead"])
     if run["ok"]:
         return RematResult(status=SolveStatus.FEASIBLE, schedule=run["schedule"], stats=stats,
                            message=f"DTR ({heuristic}): {run['computations']} computations for {graph.n} nodes, "
@@ -161,7 +189,7 @@ def solve_dtr(graph: Graph, budget_bytes: int, heuristic: str = DEFAULT_HEURISTI
         if budget_bytes < hi:
             lo = max(int(budget_bytes), lower - 1)
             found = _smallest_success(
-                graph, lo, hi, lambda b: dtr_run(graph, b, heuristic, seed, max_compute_factor)["ok"])
+                graph, lo, hi, lambda b: _run_with_fallback(graph, b, heuristic, seed, max_compute_factor)["ok"])
             stats["method_min_budget_bytes"] = found
             msg += f"; the smallest budget at which it succeeds (bisection): {format_bytes(found)}"
     return RematResult(status=SolveStatus.INFEASIBLE, message=msg, stats=stats)

@@ -18,15 +18,16 @@ OTHERS = [k for k in available_kernels() if k != "reference"]
 CODES = list(HEURISTICS.values())
 
 
-def run_kernel(g, budget, heuristic, impl, seed=0, max_computes=None):
+def run_kernel(g, budget, heuristic, impl, seed=0, max_computes=None, keep_dead=False):
     dep_ptr, dep_idx, user_ptr, user_idx = g.csr
     return kernels.dtr(g.n, dep_ptr, dep_idx, user_ptr, user_idx, g.memory_bytes, g.workspace_bytes, g.cost,
-                       g.fixed_bytes, budget, heuristic, seed, max_computes or 50 * max(g.n, 1), kernel=impl)
+                       g.fixed_bytes, budget, heuristic, seed, max_computes or 50 * max(g.n, 1), keep_dead=keep_dead,
+                       kernel=impl)
 
 
-def assert_identical(g, budget, heuristic, impl, seed=0, max_computes=None):
-    ref = run_kernel(g, budget, heuristic, "reference", seed, max_computes)
-    out = run_kernel(g, budget, heuristic, impl, seed, max_computes)
+def assert_identical(g, budget, heuristic, impl, seed=0, max_computes=None, keep_dead=False):
+    ref = run_kernel(g, budget, heuristic, "reference", seed, max_computes, keep_dead)
+    out = run_kernel(g, budget, heuristic, impl, seed, max_computes, keep_dead)
     assert all(a.dtype == np.int64 for a in out)
     assert out[0].tolist() == ref[0].tolist()
     if ref[0][0] == 0:   # the schedule arrays are complete only when the run succeeded
@@ -48,7 +49,8 @@ def test_kernels_identical_on_random_dags(impl, data):
     budget = budgets_of(g, data)
     heuristic = data.draw(st.sampled_from(CODES), label="heuristic")
     seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
-    ref = assert_identical(g, budget, heuristic, impl, seed)
+    keep_dead = data.draw(st.booleans(), label="keep_dead")
+    ref = assert_identical(g, budget, heuristic, impl, seed, keep_dead=keep_dead)
     if ref[0][0] == 0:   # a run that succeeds is a schedule within the budget
         sim = simulate(g, Schedule.from_csr(g.n, *ref[1:]))
         assert sim.peak_memory_bytes <= budget
@@ -63,7 +65,8 @@ def test_kernels_identical_on_training_graphs_with_thrashing_cap(impl, data):
     budget = budgets_of(g, data)
     cap = data.draw(st.integers(g.n, 3 * g.n), label="max_computes")
     for h in CODES:
-        assert_identical(g, budget, h, impl, max_computes=cap)
+        for keep_dead in (False, True):
+            assert_identical(g, budget, h, impl, max_computes=cap, keep_dead=keep_dead)
 
 
 EDGE_CASES = [
@@ -85,7 +88,53 @@ def test_kernels_identical_edge_case_table(impl, label, g, budgets):
     for b in budgets:
         for h in CODES:
             for cap in (g.n, 50 * g.n):
-                assert_identical(g, b, h, impl, seed=7, max_computes=cap)
+                for keep_dead in (False, True):
+                    assert_identical(g, b, h, impl, seed=7, max_computes=cap, keep_dead=keep_dead)
+
+
+def lstm_like(steps, piece_bytes):
+    """A recurrent net's shape: sources x_s, forward h_s = f(h_{s-1}, x_s), a loss, backward g_s = f(g_{s+1},
+    h_s), per-step weight-gradient pieces p_s = f(g_s, x_s) of ``piece_bytes`` each, summed at the very end."""
+    deps, mem = [], []
+
+    def add(d, m):
+        deps.append(d)
+        mem.append(m)
+        return len(deps) - 1
+
+    xs = [add([], 1) for _ in range(steps)]
+    hs, prev = [], None
+    for s in range(steps):
+        prev = add([xs[s]] + ([prev] if prev is not None else []), 1)
+        hs.append(prev)
+    g = add([prev], 1)
+    pieces = []
+    for s in reversed(range(steps)):
+        g = add([g, hs[s]], 1)
+        pieces.append(add([g, xs[s]], piece_bytes))
+    acc = pieces[0]
+    for p in pieces[1:]:
+        acc = add([acc, p], 1)
+    return Graph.from_arrays(deps, memory_bytes=mem)
+
+
+@pytest.mark.parametrize("impl", ["reference"] + OTHERS)
+def test_dead_values_stay_while_a_dead_chain_leads_to_a_value_still_needed(impl):
+    # A dead value whose non-resident (dead) reader is an input of an evicted value still read later must stay:
+    # freeing it made that recomputation reach back through the whole dead chain, and this budget failed.
+    g = lstm_like(6, 2)
+    info, *sched = run_kernel(g, 7, HEURISTICS["h_dtr_eq"], impl)
+    assert info[0] == 0
+    assert simulate(g, Schedule.from_csr(g.n, *sched)).peak_memory_bytes <= 7
+
+
+def test_keep_dead_rerun_when_the_default_run_fails():
+    g = lstm_like(6, 1)
+    assert not dtr_run(g, 7, "h_dtr")["ok"]
+    assert dtr_run(g, 7, "h_dtr", keep_dead=True)["ok"]
+    res = solve(g, 7, method="dtr", heuristic="h_dtr")
+    assert res.success and res.stats["keep_dead"] and res.peak_memory_bytes <= 7
+    assert not solve(g, 7, method="dtr", heuristic="h_dtr_eq").stats["keep_dead"]   # the default run succeeds
 
 
 def test_random_heuristic_depends_on_its_seed_only():
@@ -175,3 +224,19 @@ def test_real_graph_identical_and_within_budget():
         assert res.success and res.peak_memory_bytes <= budget
         for impl in OTHERS:
             assert_identical(g, budget, HEURISTICS[h], impl)
+
+
+@pytest.mark.slow
+def test_recurrent_recordings_at_half_the_peak():
+    # LSTM_512 had no DTR schedule below 0.677 of the checkpoint-all peak, TreeLSTM_D.6 cost 13.9x at 0.5
+    from conftest import SHARED_DATA
+    from remat_core import load_dtr_dag
+
+    if not os.path.exists(os.path.join(SHARED_DATA, "LSTM_512.json")):
+        pytest.skip("shared data not present")
+    for name, heuristic, most in (("LSTM_512", "h_dtr", 2.5), ("TreeLSTM_D.6", "h_dtr_eq", 3.0)):
+        g = load_dtr_dag(os.path.join(SHARED_DATA, f"{name}.json"))
+        budget = int(0.5 * checkpoint_all_peak_bytes(g))
+        res = solve(g, budget, method="dtr", heuristic=heuristic, find_min_budget=False)
+        assert res.success and res.peak_memory_bytes <= budget, (name, res.message)
+        assert g.cost @ res.schedule.compute_counts() <= most * g.cost.sum(), name
