@@ -36,26 +36,33 @@ from _report import DTR_GRAPHS, RESULTS, command_line, dtr_graph_path, machine_l
 
 from remat_core import load_dtr_dag, solve  # noqa: E402
 from remat_core.simulate import checkpoint_all_peak_bytes  # noqa: E402
-from remat_core.solvers.dtr import HEURISTICS, _smallest_success, dtr_run  # noqa: E402
+from remat_core.solvers.dtr import (DEFAULT_MAX_COMPUTE_FACTOR, HEURISTICS, _run_with_fallback,  # noqa: E402
+                                    _smallest_success)
 
 FRACTIONS = [0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
 EXACT_GRAPHS = ["U-Net_6", "ResNet-32_56"]
 PUBLISHED = "1.06x (Transformer) to 1.18x (DenseNet) at 0.5 of the peak; 0.2x of the peak reached on most models"
 SIM_NOTES = """Reading the tables:
 
-* "ilp" and "lp-rounding" at 0.5: where a cell says *not solved*, the method returned another method's schedule
+* "ilp" and "lp-rounding" at 0.5 (with `--ilp-limit 0` these two columns are kept from the previous run, which
+  used `--ilp-limit 120`): where a cell says *not solved*, the method returned another method's schedule
   (its fallback), so there is no optimum to compare with; a *bound* is the LP relaxation's lower bound on every
   schedule's cost, relative to checkpoint-all.
 * The paper's figures come from its own simulator (depth-first recomputation, its own memory model); ours is the
   same evictor recorded as a Checkmate schedule and judged by our simulator, so the comparison is of magnitude,
   graph by graph, not of identical quantities.
-* Where DTR fails here, the cause is the representation: a stage's recomputations run in ascending node order
-  (the simulator's), so a recomputation that reaches back to the first nodes of the order holds all their values
-  at once. The LSTM and TreeLSTM recordings put their source nodes (258 and 254 of them; 42% of the LSTM's peak)
-  first in the order, long before their readers; the paper's depth-first replay recomputes each just before its
-  reader. Values past their last use are kept while an evicted value still needs them (freeing them made the
-  LSTM's recomputations replay the whole forward pass), which is not enough on those two graphs.
-* The plot's y axis is clipped at 2 (TreeLSTM's overheads below 0.7 of the peak are 10x to 40x)."""
+* Each run is what `solve(method="dtr")` returns: the default run, and when it fails the run with `keep_dead`
+  (values past their last use kept while one of their readers is still read later); "(k)" marks a cell that
+  came from the second run.
+* Where DTR is expensive or fails here, the cause is the representation: a stage's recomputations run in
+  ascending node order (the simulator's), so a recomputation that reaches back to the first nodes of the order
+  holds every value of its row that a later node of the row reads, all at once; the paper's depth-first replay
+  recomputes each value just before its reader. The LSTM's backward pass keeps per-step weight-gradient pieces
+  (2.08 GB of them live at once, over the 1.95 GB of activations that half of the peak leaves) until they are
+  summed at the end; once the inputs of a piece are gone, evicting it means a recomputation back through the
+  whole backward and forward passes. `keep_dead` keeps those inputs so that a piece can be evicted at the cost
+  of one operator, which is what makes 0.5 feasible there.
+* The plot's y axis is clipped at 2."""
 LIVE_NOTES = """Reading the table: the tracked peak is what the runtime budgets (the storages operators return inside the
 block); the allocator peak also sees what it does not: scratch memory inside operators (the CPU convolution's
 buffers) and the extra outputs of a replayed multi-output operator, which is why it exceeds the tracked peak on the
@@ -98,13 +105,16 @@ def run_sim(graphs: list[str], ilp_limit: float) -> dict:
         entry = dict(n=g.n, peak=peak, lower_bound_fraction=lower / peak, heuristics={})
         for h in HEURISTICS:
             t0 = time.perf_counter()
-            per = {}
-            for f in FRACTIONS:
-                r = dtr_run(g, int(f * peak), h)
+            per, kept = {}, {}
+            for f in FRACTIONS:   # as solve(method="dtr") runs it: the keep_dead run when the default one fails
+                r = _run_with_fallback(g, int(f * peak), h, 0, DEFAULT_MAX_COMPUTE_FACTOR)
                 per[f] = overhead(g, r["schedule"]) if r["ok"] else None
+                kept[f] = r["ok"] and r["keep_dead"]
             sweep_s = time.perf_counter() - t0
-            smallest = _smallest_success(g, lower - 1, peak, lambda b: dtr_run(g, b, h)["ok"])
-            entry["heuristics"][h] = dict(overhead=per, smallest_fraction=smallest / peak, sweep_s=sweep_s)
+            smallest = _smallest_success(
+                g, lower - 1, peak, lambda b: _run_with_fallback(g, b, h, 0, DEFAULT_MAX_COMPUTE_FACTOR)["ok"])
+            entry["heuristics"][h] = dict(overhead=per, keep_dead=kept, smallest_fraction=smallest / peak,
+                                          sweep_s=sweep_s)
             print(name, h, {k: (round(v, 3) if v else None) for k, v in per.items()},
                   f"smallest {smallest / peak:.3f}", f"{sweep_s:.2f}s", flush=True)
         if name in EXACT_GRAPHS and ilp_limit > 0:
@@ -158,7 +168,9 @@ def render_sim(raw: dict) -> str:
         cells = []
         for h in hs:
             v = e["heuristics"][h]["overhead"].get(0.5, e["heuristics"][h]["overhead"].get("0.5"))
-            cells.append(f"{v:.3f}" if v else "infeasible")
+            kept = e["heuristics"][h].get("keep_dead", {})
+            mark = " (k)" if kept.get(0.5, kept.get("0.5")) else ""
+            cells.append(f"{v:.3f}{mark}" if v else "infeasible")
         best_h = min(hs, key=lambda h: e["heuristics"][h]["smallest_fraction"])
         small = f"{e['heuristics'][best_h]['smallest_fraction']:.3f} ({best_h})"
         ex = []
@@ -307,7 +319,12 @@ def main() -> None:
         args.part = "none"
     if args.part in ("sim", "all"):
         graphs = ["U-Net_6", "ResNet-32_56", "Transformer_10"] if args.quick else DTR_GRAPHS
+        previous = saved.get("sim", {})
         saved["sim"] = run_sim(graphs, 0 if args.quick else args.ilp_limit)
+        if args.ilp_limit <= 0:   # --ilp-limit 0 keeps the ilp / lp-rounding results of the previous run
+            for name, entry in saved["sim"].items():
+                if "exact" in previous.get(name, {}):
+                    entry["exact"] = previous[name]["exact"]
         saved["sim_header"] = f"`{command_line()}` on {machine_line()}"
         plot_sim(saved["sim"], os.path.join(RESULTS, "dtr.png"))
     if args.part in ("live", "all"):
