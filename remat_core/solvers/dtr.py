@@ -152,7 +152,7 @@ def solve_dtr(graph: Graph, budget_bytes: int, heuristic: str = DEFAULT_HEURISTI
     Notes
     -----
     When the run fails, it is run again with ``keep_dead`` (values past their
-    last use kept while a reader is still read later; see :func:`dtr_run`),
+    last use kept while a reader is still read later; see ``dtr_run``),
     and that run's schedule is returned if it succeeds: in the stage format a
     long recomputation holds much of its row at once, and on an LSTM's
     backward pass (per-step weight-gradient pieces that are summed at the
