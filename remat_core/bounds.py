@@ -281,7 +281,7 @@ def _cutting_planes(rows: _Rows, knap: np.ndarray, total: float, deadline: float
     """The LP over growing subsets of the rows (module docstring); ``best`` until one is solved."""
     import highspy
 
-    from .solvers.backends.highs import new_highs
+    from ._native_io import native_output_silenced
 
     n_rows, n_gaps = len(rows.stages), len(rows.a)
     per_round = int(rows_per_round) if rows_per_round else max(50, min(200, n_rows // 8))
@@ -289,7 +289,8 @@ def _cutting_planes(rows: _Rows, knap: np.ndarray, total: float, deadline: float
     # largest cost in the program
     c_scale = float(rows.c.max()) if n_gaps and rows.c.max() > 0 else 1.0
     cost = rows.c / c_scale
-    h = new_highs()
+    with native_output_silenced("stdout"):   # HiGHS prints a banner when made, before any option can stop it
+        h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("presolve", "off")
     h.addVars(n_gaps, np.zeros(n_gaps), np.ones(n_gaps))

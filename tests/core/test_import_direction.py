@@ -21,7 +21,7 @@ LAYERS = [
     {"graph"},
     {"schedule", "chain", "zoo"},
     {"simulate"},
-    {"plan", "units", "formulation"},
+    {"plan", "units", "formulation", "bounds"},
     {"solvers"},
     {"batch", "sweep", "plot", "cli", "__init__"},
 ]
