@@ -36,8 +36,10 @@ problem exactly and maps its plan back, in the manner of Rockmate over rotor:
    budget is lowered by the excess and the coarse problem solved again;
    infeasible coarse problems are retried with more, smaller segments.
 
-5. **Polish.** :func:`polish` keeps recomputed values where the memory
-   profile leaves room (the simulator judging), while time is left.
+5. **Polish.** :func:`polish` drops kept values that are never read before
+   they are dropped (:func:`trim_keeps`) and keeps recomputed values instead
+   where the memory profile then leaves room (the simulator judging), while
+   time is left.
 
 The cheapest verified schedule among the refined plans and ``warm_start``
 (``auto`` passes the best baseline or ``dtr`` schedule) is returned, so the
@@ -60,7 +62,7 @@ from ..graph import Graph
 from ..schedule import RematResult, Schedule, SolveStatus
 from ..simulate import optimal_r_given_s, simulate
 
-__all__ = ["solve_segments", "coarsen", "refine", "Coarsening"]
+__all__ = ["solve_segments", "coarsen", "refine", "Coarsening", "polish", "trim_keeps"]
 
 log = logging.getLogger(__name__)
 
@@ -463,7 +465,55 @@ def solve_segments(graph: Graph, budget_bytes: int, time_limit_s: float | None =
                        message=f"segments: best plan from {source}")
 
 
-def polish(graph: Graph, schedule: Schedule, budget_bytes: int, rounds: int = 3,
+def trim_keeps(graph: Graph, schedule: Schedule) -> Schedule:
+    """The same ``R`` with every kept entry that nothing reads removed from ``S``.
+
+    ``S[t, i]`` stays only if ``i`` is read in stage ``t`` (an input of a node
+    of ``R[t]``) or kept into stage ``t + 1`` for a later read without being
+    computed in stage ``t``; the other entries only hold memory (an online
+    evictor such as ``dtr`` leaves values resident until it needs their
+    room). The cost is unchanged and every stage's memory is at most the
+    input's, which leaves :func:`polish` room to keep recomputed values.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from remat_core import Schedule, simulate
+    >>> from remat_core.zoo import linear_graph
+    >>> g = linear_graph(3)
+    >>> R = np.tril(np.ones((7, 7), bool)) & np.eye(7, dtype=bool)
+    >>> S = np.tril(np.ones((7, 7), bool), -1)      # keep everything to the end
+    >>> trimmed = trim_keeps(g, Schedule(R, S))
+    >>> int(trimmed.S.sum()) < int(S.sum()), simulate(g, trimmed).total_cost == simulate(g, Schedule(R, S)).total_cost
+    (True, True)
+    """
+    n = graph.n
+    dep_ptr, dep_idx, _, _ = graph.csr
+    R_ptr, R_idx, S_ptr, S_idx = schedule.csr
+    r_rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(R_ptr))
+    indeg = dep_ptr[R_idx + 1] - dep_ptr[R_idx]
+    # the inputs of every computation, by stage: position j of R's entries reads dep_idx[dep_ptr[k] ...]
+    starts = np.repeat(dep_ptr[R_idx], indeg)
+    offsets = np.arange(int(indeg.sum()), dtype=np.int64) - np.repeat(np.cumsum(indeg) - indeg, indeg)
+    read = np.zeros((n, n), dtype=bool)    # n**2 bytes each, as in polish
+    read[np.repeat(r_rows, indeg), dep_idx[starts + offsets]] = True
+    computed = np.zeros((n, n), dtype=bool)
+    computed[r_rows, R_idx] = True
+    kept = np.zeros((n, n), dtype=bool)
+    kept[np.repeat(np.arange(n, dtype=np.int64), np.diff(S_ptr)), S_idx] = True
+    needed_next = np.zeros(n, dtype=bool)
+    for t in range(n - 1, -1, -1):
+        row = kept[t]
+        row &= read[t] | (needed_next & ~computed[t])
+        needed_next = row
+    del read, computed
+    rows, cols = np.nonzero(kept)
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n), out=ptr[1:])
+    return Schedule.from_csr(n, R_ptr, R_idx, ptr, cols)
+
+
+def polish(graph: Graph, schedule: Schedule, budget_bytes: int, rounds: int = 30,
            deadline: float | None = None) -> Schedule:
     """Keep recomputed values instead where memory allows; the simulator judges the result.
 
@@ -477,10 +527,13 @@ def polish(graph: Graph, schedule: Schedule, budget_bytes: int, rounds: int = 3,
     simulator's timeline) plus what was added stays within the budget; then
     ``R`` is the optimal one for the new ``S`` (which may drop ancestors that
     were recomputed only for the filled values) and the simulator measures the
-    schedule. It is returned only if it fits and is cheaper; otherwise the
-    input is. ``rounds`` repeats this on the result; ``deadline`` (a
-    :func:`time.perf_counter` time) stops between rounds, before a round that
-    the last one's duration says would end past it.
+    schedule. Each round starts from :func:`trim_keeps` of the incumbent (kept
+    values that nothing reads before they are dropped hold memory for
+    nothing; on ``dtr`` schedules they fill most stages to the budget). The
+    result is returned only if it fits and is cheaper; otherwise the input
+    is. ``rounds`` repeats this on the result, until a round finds nothing;
+    ``deadline`` (a :func:`time.perf_counter` time) stops between rounds,
+    before a round that the last one's duration says would end past it.
 
     Examples
     --------
@@ -494,10 +547,12 @@ def polish(graph: Graph, schedule: Schedule, budget_bytes: int, rounds: int = 3,
     >>> simulate(g, better).total_cost < simulate(g, none_kept).total_cost
     True
     """
-    best = schedule
-    sim = simulate(graph, best)
+    sim = simulate(graph, schedule)
     if sim.peak_memory_bytes > budget_bytes:
         return schedule
+    start_cost = sim.total_cost
+    best = trim_keeps(graph, schedule)
+    sim = simulate(graph, best)
     n = graph.n
     mem, cost = graph.memory_bytes, graph.cost
     last_round = 0.0
@@ -549,10 +604,12 @@ def polish(graph: Graph, schedule: Schedule, budget_bytes: int, rounds: int = 3,
         del dense
         ptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(rows, minlength=n), out=ptr[1:])
-        cand = optimal_r_given_s(graph, Schedule.from_csr(n, *_r_placeholder(n), ptr, cols))
+        cand = trim_keeps(graph, optimal_r_given_s(graph, Schedule.from_csr(n, *_r_placeholder(n), ptr, cols)))
         csim = simulate(graph, cand)
         if csim.peak_memory_bytes > budget_bytes or csim.total_cost >= sim.total_cost:
             break
         best, sim = cand, csim
         last_round = time.perf_counter() - round_start
+    if sim.peak_memory_bytes > budget_bytes or sim.total_cost >= start_cost:
+        return schedule
     return best
