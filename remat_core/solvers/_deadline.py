@@ -164,17 +164,23 @@ FALLBACK_METHODS = ("checkpoint-all", "rotor", "ap-greedy", "linearized-greedy",
 #: Programs with fewer estimated nonzeros than this run in-process: their build and LP take well under a
 #: second, and tests reach into the solvers' internals there (monkeypatching a child cannot see).
 GUARD_MIN_NONZEROS = 150_000
+#: A MILP (``ilp``) runs in-process only with at least this many seconds of limit per estimated nonzero of its
+#: program: HiGHS overran a MIP time limit by 0.2-1.3 s on programs of 90-135 k nonzeros with two busy loops
+#: beside it (its presolve and root work do not stop at the limit), about 1e-5 s per nonzero, and an overrun
+#: must stay within the limit's 10% slack. Below that the program is solved in a child killed at the limit.
+MILP_LIMIT_S_PER_NONZERO = 1e-4
 
 
 def guard(method: str, graph: Graph, budget_bytes: int, options: dict[str, Any],
-          time_limit_s: float | None) -> RematResult | None:
+          time_limit_s: float | None, limit_s_per_nonzero: float = 0.0) -> RematResult | None:
     """What a formulation-based method returns instead of building its program here, or ``None`` to go on.
 
     * The estimated program (:func:`~remat_core.formulation.size.estimate_milp_size`) is over
       :data:`~remat_core.formulation.size.DEFAULT_MODEL_BYTES_LIMIT`: nothing is built; the cheapest
       heuristic schedule is returned with a message saying so (``NO_SOLUTION`` without one).
     * A time limit is set, this is not already a deadline child, and the program has at least
-      :data:`GUARD_MIN_NONZEROS` nonzeros: :func:`guarded_solve`.
+      :data:`GUARD_MIN_NONZEROS` nonzeros, or the limit is under ``limit_s_per_nonzero`` seconds per
+      nonzero (:data:`MILP_LIMIT_S_PER_NONZERO` for a MILP): :func:`guarded_solve`.
     """
     from ..formulation.size import DEFAULT_MODEL_BYTES_LIMIT, estimate_milp_size
     from ..units import format_bytes
@@ -186,7 +192,8 @@ def guard(method: str, graph: Graph, budget_bytes: int, options: dict[str, Any],
                f"not built (method 'auto' or 'segments' handle graphs this large)")
         return _with_fallback(graph, budget_bytes, None, why, time.perf_counter(),
                               None if time_limit_s is None else time.perf_counter() + float(time_limit_s))
-    if time_limit_s is not None and not in_child() and size.nonzeros >= GUARD_MIN_NONZEROS:
+    if time_limit_s is not None and not in_child() and (
+            size.nonzeros >= GUARD_MIN_NONZEROS or time_limit_s < limit_s_per_nonzero * size.nonzeros):
         return guarded_solve(method, graph, budget_bytes, options, time_limit_s)
     return None
 
@@ -265,17 +272,15 @@ def _with_fallback(graph: Graph, budget_bytes: int, child: DeadlineChild | None,
                        message=f"{stats['why']} after {elapsed:.2f} s; returning {fallback.method}'s schedule")
 
 
-def not_worse_than_heuristics(graph: Graph, budget_bytes: int, result: RematResult,
-                              deadline: float | None = None) -> RematResult:
-    """``result``, or the cheapest :data:`FALLBACK_METHODS` schedule where that is cheaper (or ``result`` has none).
+def not_worse_than_heuristic(graph: Graph, result: RematResult, best: RematResult | None) -> RematResult:
+    """``result``, or ``best`` (the cheapest :data:`FALLBACK_METHODS` schedule, from :func:`_cheapest_heuristic`,
+    or None) where that is cheaper (or ``result`` has none).
 
     The heuristic schedule keeps ``result``'s lower bound (a bound holds for
-    every schedule) and its message says so. Heuristics are not started past
-    ``deadline`` (a :func:`time.perf_counter` time).
+    every schedule) and its message says so.
     """
     from ..schedule import SolveStatus
 
-    best = _cheapest_heuristic(graph, budget_bytes, deadline)
     if best is None:
         return result
     if result.schedule is not None:

@@ -507,6 +507,7 @@ def solve_ilp(
     >>> res.status.value, res.objective, res.peak_memory_bytes <= 4
     ('optimal', 11.0, True)
     """
+    start = time.perf_counter()   # the limit covers the imports (scipy.sparse's first import: 0.3-0.6 s)
     from ..formulation import build_milp
     from .backends import get_backend, lp_sequence
 
@@ -536,16 +537,17 @@ def solve_ilp(
         raise UnknownMethodError(
             f"unknown `formulation` {formulation!r}; available: {', '.join(available_formulations())}")
     get_backend(backend)   # an unknown or uninstalled backend is an error now, not after the warm start
-    from ._deadline import guard
+    from ._deadline import MILP_LIMIT_S_PER_NONZERO, guard
 
-    # a program over the memory limit is not built; with a time limit, a large one is solved in a child killed
-    # at the limit (build and presolve cannot be interrupted here): see _deadline
+    # a program over the memory limit is not built; with a time limit, a large one, or one whose limit is short
+    # for its size, is solved in a child killed at the limit (build and presolve cannot be interrupted here):
+    # see _deadline
     guarded = guard("ilp", graph, budget_bytes, dict(
         backend=backend, formulation=formulation, mip_rel_gap=mip_rel_gap, threads=threads, verbose=verbose,
-        warm_start=warm_start, solver_options=solver_options, cuts=cuts, search=search), time_limit_s)
+        warm_start=warm_start, solver_options=solver_options, cuts=cuts, search=search), _left(time_limit_s, start),
+        MILP_LIMIT_S_PER_NONZERO)
     if guarded is not None:
         return guarded
-    start = time.perf_counter()
     base_cost = float(graph.cost.sum())
     if search == "auto":
         from .portfolio import cpu_count
@@ -716,6 +718,11 @@ def solve_ilp(
     finally:
         if child is not None:
             child.close()
+
+
+def _left(time_limit_s: float | None, start: float) -> float | None:
+    """What is left of ``time_limit_s`` since ``start`` (a :func:`time.perf_counter` time), at least 1 ms."""
+    return None if time_limit_s is None else max(float(time_limit_s) - (time.perf_counter() - start), 1e-3)
 
 
 def _start_vector(sf, schedule: Schedule | None) -> np.ndarray | None:

@@ -61,9 +61,14 @@ def _thresholds(S_frac: np.ndarray) -> np.ndarray:
 
 
 class _Evaluator:
-    """Cost and peak of ``(optimal R given S, S)`` straight from the kernels (no validation, no objects)."""
+    """Cost and peak of ``(optimal R given S, S)`` straight from the kernels (no validation, no objects).
 
-    def __init__(self, graph: Graph):
+    ``deadline`` (a :func:`time.perf_counter` time, optional): the loops that
+    evaluate (the rounding sweep, :func:`repair`, :func:`polish`) stop once
+    :meth:`expired` says it has passed.
+    """
+
+    def __init__(self, graph: Graph, deadline: float | None = None):
         from .. import kernels
 
         self.kernels = kernels
@@ -71,7 +76,12 @@ class _Evaluator:
         self.n = graph.n
         self.dep_ptr, self.dep_idx, _, _ = graph.csr
         self.calls = 0
+        self.deadline = deadline
         self._reads = None
+
+    def expired(self) -> bool:
+        """Whether the deadline has passed (never without one)."""
+        return self.deadline is not None and time.perf_counter() >= self.deadline
 
     def reads(self, R: np.ndarray) -> np.ndarray:
         """``out[t, i]``: whether a node computed in stage ``t`` (per ``R``) reads value ``i``."""
@@ -177,7 +187,8 @@ def repair(evaluate: _Evaluator, S: np.ndarray, budget_bytes: int, max_evals: in
 
     Moves: keep a value one more stage (``S[t, i] = 1``), or stop keeping it from
     stage ``t`` to the end of its run. The fallback when no rounding fits;
-    returns ``None`` if it gets stuck or runs out of evaluations.
+    returns ``None`` if it gets stuck or runs out of evaluations or of time
+    (``evaluate``'s deadline).
     """
     from ..formulation import canonical_schedule
 
@@ -186,10 +197,10 @@ def repair(evaluate: _Evaluator, S: np.ndarray, budget_bytes: int, max_evals: in
     rows, cols = np.tril_indices(n, -1)
     stop = evaluate.calls + max_evals
     cost, peak = evaluate(S)
-    while peak > budget_bytes and evaluate.calls < stop:
+    while peak > budget_bytes and evaluate.calls < stop and not evaluate.expired():
         best = None
         for t, i in zip(rows.tolist(), cols.tolist()):
-            if evaluate.calls >= stop:
+            if evaluate.calls >= stop or evaluate.expired():
                 break
             if S[t, i]:
                 e = t
@@ -216,7 +227,8 @@ def repair(evaluate: _Evaluator, S: np.ndarray, budget_bytes: int, max_evals: in
 
 
 def _descend(evaluate: _Evaluator, S: np.ndarray, budget_bytes: int, stop: int) -> tuple[np.ndarray, float]:
-    """First-improvement descent over ``S`` (modified in place) until a local optimum or ``stop`` evaluations.
+    """First-improvement descent over ``S`` (modified in place) until a local optimum, ``stop`` evaluations or
+    ``evaluate``'s deadline.
 
     Moves: avoid a recomputation by keeping the value since the last stage it
     was present (:func:`_keep_moves`), alone or after dropping one run of kept
@@ -224,10 +236,10 @@ def _descend(evaluate: _Evaluator, S: np.ndarray, budget_bytes: int, stop: int) 
     """
     cost, _, R = evaluate(S, True)
     improved = True
-    while improved and evaluate.calls < stop:
+    while improved and evaluate.calls < stop and not evaluate.expired():
         improved = False
         for drop in [None] + _drop_moves(S, evaluate.reads(R)):
-            if evaluate.calls >= stop:
+            if evaluate.calls >= stop or evaluate.expired():
                 break
             if drop is not None:
                 di, drows = drop
@@ -237,7 +249,7 @@ def _descend(evaluate: _Evaluator, S: np.ndarray, budget_bytes: int, stop: int) 
             else:
                 R_now = R
             for i, rows in _keep_moves(S, R_now):
-                if evaluate.calls >= stop:
+                if evaluate.calls >= stop or evaluate.expired():
                     break
                 old = S[rows, i].copy()
                 S[rows, i] = True
@@ -298,7 +310,10 @@ def solve_lp_rounding(
         roundings (each evaluation is one R-given-S and one simulation);
         0 turns it off (plain two-phase rounding).
     time_limit_s : float, optional
-        No new allowance is started after this many seconds.
+        Wall-clock limit of the call: once it is spent no new allowance
+        starts, and the LP solver, the rounding sweep, the repair and the
+        local search stop (with the best schedule so far, or the cheapest
+        heuristic's; none if no schedule was found in time).
     verbose : bool
         Let the LP solver print its log.
     _relaxation : (StandardForm, BackendResult, LP sequence), optional
@@ -329,6 +344,7 @@ def solve_lp_rounding(
     >>> res.success, res.peak_memory_bytes <= 5, res.lower_bound <= res.objective
     (True, True, True)
     """
+    start = time.perf_counter()   # the limit covers the imports (scipy.sparse's first import: 0.3-0.6 s)
     from ..formulation import build_milp, canonical_schedule
     from . import validate_time_limit
     from .backends import lp_sequence
@@ -350,19 +366,19 @@ def solve_lp_rounding(
             raise ValueError(f"`allowances` must be a non-empty sequence of numbers in [0, 1); got {allowances!r}")
         auto = False
     validate_time_limit(time_limit_s)
-    from ._deadline import guard, not_worse_than_heuristics
+    from ._deadline import _cheapest_heuristic, guard, not_worse_than_heuristic
 
     # a program over the memory limit is not built; with a time limit, a large one is solved in a child killed
     # at the limit (the LP and the rounding loops cannot be interrupted here): see _deadline
     guarded = None if _relaxation is not None else guard("lp-rounding", graph, budget_bytes, dict(
         backend=backend, formulation=formulation, rounding=rounding, n_samples=n_samples, seed=seed,
-        allowances=allowances, polish_evals=polish_evals, verbose=verbose), time_limit_s)
+        allowances=allowances, polish_evals=polish_evals, verbose=verbose),
+        None if time_limit_s is None else max(float(time_limit_s) - (time.perf_counter() - start), 1e-3))
     if guarded is not None:
         return guarded
     lps = _relaxation[2] if _relaxation is not None else lp_sequence(backend, verbose=verbose)
     unit = _relaxation[0].memory_unit if _relaxation is not None else None
     like = _relaxation[0] if _relaxation is not None and _relaxation[0].formulation == formulation else None
-    start = time.perf_counter()
     deadline = None if time_limit_s is None else start + float(time_limit_s)
     base_cost = float(graph.cost.sum())
     stats: dict[str, Any] = {"backend": backend, "formulation": formulation, "rounding": rounding}
@@ -371,9 +387,13 @@ def solve_lp_rounding(
     if trivial is not None:
         return trivial
     lower = graph.min_budget_lower_bound_bytes()
+    # never worse than a heuristic at the same budget (the rounding can be: SegNet at 0.5, 1.286x the optimum);
+    # they take milliseconds, and run first so that the time limit covers them. Explicit allowances: the
+    # rounding itself, as asked
+    heuristic = _cheapest_heuristic(graph, budget_bytes, deadline) if auto else None
 
     free = budget_bytes - graph.fixed_bytes
-    evaluate = _Evaluator(graph)
+    evaluate = _Evaluator(graph, deadline)
     lp_time = rounding_time = 0.0
     lp_objective: dict[float, float | None] = {}
     seen: set[bytes] = set()
@@ -382,7 +402,7 @@ def solve_lp_rounding(
     stale, lower_bound, polish_used, polish_time = 0, None, 0, 0.0
     lp_budgets_done: set[int] = set()
     for a in grid:
-        if time_limit_s is not None and time.perf_counter() - start > time_limit_s and best is not None:
+        if evaluate.expired():
             stats["stopped"] = "time limit"
             break
         lp_budget = graph.fixed_bytes + int(np.floor(free * (1.0 - a)))
@@ -427,6 +447,8 @@ def solve_lp_rounding(
         lowest = None   # (peak, S): the rounding closest to fitting
         for label, S in rounding_candidates(sf.fractional(out.x)[1], rounding, n_samples,
                                             seed + len(lp_budgets_done) - 1):
+            if (cands or lowest is not None) and evaluate.expired():
+                break
             key = np.packbits(S).tobytes()
             if key in seen:
                 continue
@@ -465,6 +487,8 @@ def solve_lp_rounding(
         if auto and best is not None and (stale >= _PATIENCE or (
                 lower_bound is not None and best[0] <= lower_bound * (1 + 1e-9))):
             break
+    if evaluate.expired():
+        stats["stopped"] = "time limit"
     stats.update(lp_objective=lp_objective, lp_time_s=lp_time, lp_warm_solves=lps.warm_solves,
                  lp_warm_abandoned=lps.warm_abandoned,
                  rounding_time_s=rounding_time,
@@ -475,9 +499,9 @@ def solve_lp_rounding(
         message = "no rounding fits the budget at any allowance tried"
         if stats.get("stopped") == "time limit":
             message = f"the time limit ({time_limit_s:g} s) ran out before a rounding fit the budget"
-        return not_worse_than_heuristics(graph, budget_bytes, RematResult(
+        return not_worse_than_heuristic(graph, RematResult(
             status=SolveStatus.NO_SOLUTION, lower_bound=lower_bound, backend=backend, stats=stats, message=message),
-            deadline if auto else time.perf_counter())
+            heuristic)
     cost, label, allowance, S_best = best
     stats.update(allowance=allowance, candidate=label, rounded_cost=rounded[0])
     R, S = canonical_schedule(graph, S_best)
@@ -485,8 +509,6 @@ def solve_lp_rounding(
     cost = simulate(graph, schedule, timeline=False).total_cost
     lb = None if lower_bound is None else min(lower_bound, cost)
     status = SolveStatus.OPTIMAL if lb is not None and cost <= lb * (1 + 1e-9) + 1e-12 else SolveStatus.FEASIBLE
-    # never worse than a heuristic at the same budget (the rounding can be: SegNet at 0.5, 1.286x the optimum)
-    return not_worse_than_heuristics(graph, budget_bytes, RematResult(
+    return not_worse_than_heuristic(graph, RematResult(
         status=status, schedule=schedule, lower_bound=lb, backend=backend, stats=stats,
-        message=f"rounded at allowance {stats['allowance']:g} ({stats['candidate']})"),
-        deadline if auto else time.perf_counter())   # explicit allowances: the rounding itself, as asked
+        message=f"rounded at allowance {stats['allowance']:g} ({stats['candidate']})"), heuristic)

@@ -55,7 +55,12 @@ __all__ = ["race", "cpu_count"]
 
 log = logging.getLogger("remat_core.ilp")
 
-_KILL_GRACE_S = 5.0   # how long past the deadline the child may take to report at a time limit
+_KILL_GRACE_S = 5.0   # how long the child may take to report once it has proved (or with no time limit)
+#: At a time limit, the child may report this share of the limit past the deadline (its branch-and-cut stops
+#: at the deadline by itself, between node LPs); later it is killed and HiGHS's result stands alone (the
+#: schedules the child found reached HiGHS already), so that the limit holds within its 10% slack.
+_LATE_SHARE = 0.03
+_WAIT_POLL_S = 0.005
 #: Before HiGHS starts, branch-and-cut searches in this process while the child's interpreter starts (on the
 #: other core): at most this many nodes (None: no limit), seconds, and share of the time limit. A small gap
 #: above a good start is often closed there in a few nodes, before HiGHS's root work would have finished;
@@ -170,18 +175,25 @@ class _Child:
             raise
         self.outcome: tuple[str, Any] | None = None   # ("ok", BackendResult) or ("error", message)
 
+    def _done(self) -> bool:
+        # the result is written atomically before the child exits; its interpreter's exit takes another
+        # 0.1 s or more, which a time limit need not wait for
+        return os.path.exists(self.result) or self.proc.poll() is not None
+
     def poll(self) -> tuple[str, Any] | None:
-        """The child's outcome once it has exited, else None (never blocks)."""
-        if self.outcome is None and self.proc.poll() is not None:
+        """The child's outcome once it has posted it or exited, else None (never blocks)."""
+        if self.outcome is None and self._done():
             self._collect()
         return self.outcome
 
     def wait(self, timeout_s: float) -> tuple[str, Any] | None:
+        """The child's outcome once it has posted it or exited, waiting at most ``timeout_s``; else None."""
         if self.outcome is None:
-            try:
-                self.proc.wait(timeout=max(timeout_s, 0.0))
-            except subprocess.TimeoutExpired:
-                return None
+            end = time.perf_counter() + max(timeout_s, 0.0)
+            while not self._done():
+                if time.perf_counter() >= end:
+                    return None
+                time.sleep(_WAIT_POLL_S)
             self._collect()
         return self.outcome
 
@@ -351,8 +363,11 @@ def race(sf: StandardForm, start: np.ndarray | None, *, time_limit_s: float | No
             details["winner"] = "milp" if milp.status in _PROOFS else None
             return milp, details
         # interrupted because the child proved, or stopped at the time limit: the child then stops about as soon
-        left = None if deadline_epoch is None else deadline_epoch - time.time()
-        got = child.wait(_KILL_GRACE_S if left is None or proved() else left + _KILL_GRACE_S)
+        if deadline_epoch is None:
+            wait_s = _KILL_GRACE_S
+        else:
+            wait_s = max(deadline_epoch - time.time(), 0.0) + min(_KILL_GRACE_S, _LATE_SHARE * float(time_limit_s))
+        got = child.wait(wait_s)
         if got is None or got[0] != "ok":
             details["error"] = "branch-and-cut did not report" if got is None else got[1]
             if got is not None:

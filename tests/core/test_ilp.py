@@ -258,22 +258,24 @@ def test_budget_below_fixed_bytes_is_infeasible_in_the_program(backend, formulat
 
 @pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="shared/data not present")
 def test_time_limit_is_kept_on_a_graph_whose_lp_is_slow():
-    # ResNet-32 (270 nodes): its strong LP relaxation alone takes ~40 s here, with a presolve of ~10 s
-    # that HiGHS does not interrupt. Before the fix, ilp with a 4 s limit ran ~20 s (an untimed LP bound).
-    g = load_dtr_dag(os.path.join(SHARED_DATA, "ResNet-32_56.json"))
+    # U-Net_6 (201 nodes, about 7 M nonzeros): building its program and its strong LP relaxation alone take
+    # longer than these limits, with a presolve HiGHS does not interrupt; the solve runs in a child killed at
+    # the limit. ResNet-32, once used here, is no longer built at all (over the model-size limit).
+    # The requirement: within the limit, 10% slack on a 2-core machine.
+    g = load_dtr_dag(os.path.join(SHARED_DATA, "U-Net_6.json"))
     budget = int(0.6 * checkpoint_all_peak_bytes(g))
     t0 = time.perf_counter()
     res = solve(g, budget, method="ilp", time_limit_s=4.0, threads=1)
     elapsed = time.perf_counter() - t0
     assert res.status is SolveStatus.FEASIBLE and res.peak_memory_bytes <= budget
-    assert elapsed < 4.0 + 8.0, elapsed   # the limit, plus at most one uninterruptible presolve
+    assert elapsed <= 1.1 * 4.0, elapsed
     t0 = time.perf_counter()
     res = solve(g, budget, method="lp-rounding", time_limit_s=2.0)
     elapsed = time.perf_counter() - t0
     assert res.status in (SolveStatus.NO_SOLUTION, SolveStatus.FEASIBLE, SolveStatus.OPTIMAL)
     if res.status is SolveStatus.NO_SOLUTION:
         assert "time limit" in res.message
-    assert elapsed < 2.0 + 8.0, elapsed
+    assert elapsed <= 1.1 * 2.0, elapsed
 
 
 def _no_start_but_lp_rounding(monkeypatch):
