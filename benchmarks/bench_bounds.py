@@ -13,6 +13,7 @@ Two parts, budgets 0.9 / 0.7 / 0.5 / 0.3 of activation memory (``remat_core.unit
 Writes ``results/bounds.json`` and the README section "bounds".
 
     nice -n 5 prlimit --as=6000000000 .venv/bin/python benchmarks/bench_bounds.py
+    .venv/bin/python benchmarks/bench_bounds.py --shared-only   # the shared graphs again, the small rows kept
     .venv/bin/python benchmarks/bench_bounds.py --report-only
 """
 
@@ -29,7 +30,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _report import (DTR_GRAPHS, command_line, dtr_graph_path, limit_arguments, machine_line,  # noqa: E402
+from _report import (DTR_GRAPHS, RESULTS, command_line, dtr_graph_path, limit_arguments, machine_line,  # noqa: E402
                      rewrite_section_from_results, save_json, table, write_section)
 
 FRACTIONS = (0.9, 0.7, 0.5, 0.3)
@@ -137,7 +138,8 @@ def render(rows: list[dict], meta: dict) -> str:
     large = [r for r in rows if r.get("part") == "large"]
     out = ["## bounds: a lower bound on schedule cost at every size (issue 26)", "",
            f"`{meta['command']}` on {meta['machine']}; a shared machine, loaded by other work: times are "
-           "indicative.", "",
+           "indicative." + (f" The small graphs' rows come from `{meta['small_rows_from']}`."
+                            if meta.get("small_rows_from") else ""), "",
            "**Small graphs, each bound over the optimum that `ilp` proved** (1.000 = the bound is the optimum). "
            "*sum*: the sum of the node costs; *knapsack*: the best single stage row of the relaxation; "
            "*cut LP*: `remat_core.bounds.cost_lower_bound`; *Checkmate LP*: the LP relaxation of the MILP "
@@ -188,12 +190,22 @@ def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "--child":
         child(sys.argv[2], sys.argv[3])
         return
-    args = limit_arguments(__doc__, "small graphs only, no shared graphs", 60.0, "ilp / lp-rounding limit (s)")
+    def extra(ap):
+        ap.add_argument("--shared-only", action="store_true",
+                        help="rerun the shared graphs only, keeping the small graphs' rows of results/bounds.json")
+
+    args = limit_arguments(__doc__, "small graphs only, no shared graphs", 60.0, "ilp / lp-rounding limit (s)", extra)
     if args.report_only:
         rewrite_section_from_results("bounds", "bounds", render)
         return
     meta = dict(command=command_line(), machine=machine_line(), limit=args.limit)
-    rows = [dict(r, part="small") for r in small_rows(args.limit)]
+    if args.shared_only:
+        with open(os.path.join(RESULTS, "bounds.json")) as fh:
+            old = json.load(fh)
+        rows = [r for r in old["rows"] if r.get("part") == "small"]
+        meta.update(limit=old["meta"]["limit"], small_rows_from=f"{old['meta']['command']} ({old['meta']['machine']})")
+    else:
+        rows = [dict(r, part="small") for r in small_rows(args.limit)]
     if not args.quick:
         rows += [dict(r, part="large") for r in large_rows()]
     save_json("bounds", {"meta": meta, "rows": rows})
