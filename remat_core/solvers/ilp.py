@@ -409,7 +409,12 @@ def solve_ilp(
     formulation : str
         ``"strong"`` (default) or ``"paper"``.
     time_limit_s : float, optional
-        Wall-clock limit for the whole call (warm start included).
+        Wall-clock limit for the whole call (imports and warm start
+        included). A program of 150 k estimated nonzeros or more, or one whose
+        limit is under 1e-4 s per nonzero (HiGHS does not stop its presolve
+        and root work at the limit), is solved in a child process killed at
+        the limit, with the cheapest heuristic schedule as the fallback
+        (:mod:`remat_core.solvers._deadline`).
     mip_rel_gap : float, optional
         Relative gap at which the solver stops and reports ``OPTIMAL``.
     threads : int, optional
