@@ -196,12 +196,45 @@ def _relaxation_bound(best: _Best, graph: Graph, budget_bytes: int, time_limit_s
         best.lower_bound = max(best.lower_bound or 0.0, res.value)
 
 
-def _polish(best: _Best, graph: Graph, budget_bytes: int, deadline: float | None, sim_s: float) -> None:
-    """Offer :func:`~remat_core.solvers.segments.polish` of the best schedule, if it is not proven and time allows."""
+def _keep_dead_runs(best: _Best, graph: Graph, budget_bytes: int, deadline: float | None, sim_s: float,
+                    left: Any) -> None:
+    """Offer DTR under its ``keep_dead`` freeing rule for each heuristic, and the polish of the cheapest such run.
+
+    Its schedules usually cost more than the default rule's, but their
+    recomputations are shorter, so that :func:`~remat_core.solvers.segments.polish`
+    can turn more of them into kept values (benchmarks/README.md, section polish)."""
+    from . import _METHODS
+    from .dtr import HEURISTICS
+
+    if "dtr" not in _METHODS or best.result is None or best.result.status is SolveStatus.OPTIMAL:
+        return
+    first = best.tried.get("dtr", {}).get("time_s", 0.0)
+    cheapest: tuple[str, RematResult] | None = None
+    # h_dtr last: its neighbourhood walks make its runs the slowest
+    for heuristic in sorted((h for h in HEURISTICS if h != "random"), key=lambda h: h == "h_dtr"):
+        remaining = left()
+        if remaining is not None and 4 * first > 0.5 * remaining:
+            best.tried[f"dtr({heuristic}, keep_dead)"] = {"status": "skipped", "message": "too little time left"}
+            continue
+        name = f"dtr({heuristic}, keep_dead)"
+        res = _run("dtr", graph, budget_bytes, heuristic=heuristic, find_min_budget=False, keep_dead=True)
+        if res is None:
+            continue
+        best.offer(name, res)
+        if res.success and (cheapest is None or res.objective < cheapest[1].objective):
+            cheapest = (name, res)
+    if cheapest is not None and cheapest[1] is not best.result:
+        _polish(best, graph, budget_bytes, deadline, sim_s, candidate=cheapest)
+
+
+def _polish(best: _Best, graph: Graph, budget_bytes: int, deadline: float | None, sim_s: float,
+            candidate: tuple[str, RematResult] | None = None) -> None:
+    """Offer :func:`~remat_core.solvers.segments.polish` of the best schedule (or of ``candidate``, a name and
+    a result), if it is not proven and time allows."""
     from . import verify_result
     from .segments import polish
 
-    res = best.result
+    name, res = candidate if candidate is not None else (best.method, best.result)
     if res is None or res.status is SolveStatus.OPTIMAL:
         return
     if deadline is not None and deadline - time.perf_counter() < 8 * sim_s + 0.2:
@@ -211,7 +244,7 @@ def _polish(best: _Best, graph: Graph, budget_bytes: int, deadline: float | None
     if sched is res.schedule:
         return
     out = RematResult(status=SolveStatus.FEASIBLE, schedule=sched, budget_bytes=budget_bytes,
-                      method=f"polish({best.method})", message=f"{best.method}'s schedule, polished: {res.message}")
+                      method=f"polish({name})", message=f"{name}'s schedule, polished: {res.message}")
     verify_result(graph, out)
     out.solve_time_s = time.perf_counter() - t0
     best.offer(out.method, out)
@@ -352,6 +385,7 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
                 continue
             if res is not None:
                 best.offer(name, res)
+        _keep_dead_runs(best, graph, budget_bytes, deadline, sim_s, left)
 
     _polish(best, graph, budget_bytes, deadline, sim_s)
     stats: dict[str, Any] = {"path": path, "tried": best.tried, "chosen": best.method,

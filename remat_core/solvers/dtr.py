@@ -111,8 +111,11 @@ def _smallest_success(graph: Graph, lo: int, hi: int, run_at) -> int:
 
 
 def _run_with_fallback(graph: Graph, budget_bytes: int, heuristic: str, seed: int,
-                       max_compute_factor: float) -> dict[str, Any]:
-    """The default run; when it fails, the ``keep_dead`` run if that one succeeds (else the default's failure)."""
+                       max_compute_factor: float, keep_dead: bool | None = None) -> dict[str, Any]:
+    """The default run; when it fails, the ``keep_dead`` run if that one succeeds (else the default's failure).
+    ``keep_dead`` True or False: that rule's run only."""
+    if keep_dead is not None:
+        return dtr_run(graph, budget_bytes, heuristic, seed, max_compute_factor, keep_dead=keep_dead)
     run = dtr_run(graph, budget_bytes, heuristic, seed, max_compute_factor)
     if not run["ok"]:
         again = dtr_run(graph, budget_bytes, heuristic, seed, max_compute_factor, keep_dead=True)
@@ -122,7 +125,8 @@ def _run_with_fallback(graph: Graph, budget_bytes: int, heuristic: str, seed: in
 
 
 def solve_dtr(graph: Graph, budget_bytes: int, heuristic: str = DEFAULT_HEURISTIC, seed: int = 0,
-              max_compute_factor: float = DEFAULT_MAX_COMPUTE_FACTOR, find_min_budget: bool = True) -> RematResult:
+              max_compute_factor: float = DEFAULT_MAX_COMPUTE_FACTOR, find_min_budget: bool = True,
+              keep_dead: bool | None = None) -> RematResult:
     """DTR's online evictor under ``budget_bytes``, as a schedule.
 
     Parameters
@@ -140,6 +144,10 @@ def solve_dtr(graph: Graph, budget_bytes: int, heuristic: str = DEFAULT_HEURISTI
     find_min_budget : bool
         When the budget fails, bisect for the smallest budget at which the run
         succeeds (``stats["method_min_budget_bytes"]``).
+    keep_dead : bool or None
+        The freeing rule: ``None`` (default) runs the default rule and, when
+        it fails, the ``keep_dead`` rule (see Notes); ``True`` or ``False``
+        runs only the ``keep_dead`` or only the default rule.
 
     Returns
     -------
@@ -167,7 +175,10 @@ def solve_dtr(graph: Graph, budget_bytes: int, heuristic: str = DEFAULT_HEURISTI
     ('feasible', True)
     """
     _check_options(heuristic, seed, max_compute_factor)
-    run = _run_with_fallback(graph, budget_bytes, heuristic, seed, max_compute_factor)
+    if keep_dead is not None and not isinstance(keep_dead, (bool, np.bool_)):
+        raise ValueError(f"`keep_dead` must be True, False or None; got {keep_dead!r}")
+    keep_dead = None if keep_dead is None else bool(keep_dead)
+    run = _run_with_fallback(graph, budget_bytes, heuristic, seed, max_compute_factor, keep_dead)
     stats: dict[str, Any] = dict(heuristic=heuristic, computations=run["computations"],
                                  evictions=run["evictions"], dtr_peak_bytes=run["peak_bytes"],
                                  keep_dead=run["keep_dead"])
@@ -188,8 +199,8 @@ def solve_dtr(graph: Graph, budget_bytes: int, heuristic: str = DEFAULT_HEURISTI
         hi = checkpoint_all_peak_bytes(graph)   # DTR never evicts there: it is checkpoint-all
         if budget_bytes < hi:
             lo = max(int(budget_bytes), lower - 1)
-            found = _smallest_success(
-                graph, lo, hi, lambda b: _run_with_fallback(graph, b, heuristic, seed, max_compute_factor)["ok"])
+            found = _smallest_success(graph, lo, hi, lambda b: _run_with_fallback(
+                graph, b, heuristic, seed, max_compute_factor, keep_dead)["ok"])
             stats["method_min_budget_bytes"] = found
             msg += f"; the smallest budget at which it succeeds (bisection): {format_bytes(found)}"
     return RematResult(status=SolveStatus.INFEASIBLE, message=msg, stats=stats)

@@ -604,7 +604,8 @@ def polish(graph: Graph, schedule: Schedule, budget_bytes: int, rounds: int = 30
         del dense
         ptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(rows, minlength=n), out=ptr[1:])
-        cand = trim_keeps(graph, optimal_r_given_s(graph, Schedule.from_csr(n, *_r_placeholder(n), ptr, cols)))
+        cand = optimal_r_given_s(graph, Schedule.from_csr(n, *_r_placeholder(n), ptr, cols))
+        cand = trim_keeps(graph, cand)
         csim = simulate(graph, cand)
         if csim.peak_memory_bytes > budget_bytes or csim.total_cost >= sim.total_cost:
             break

@@ -89,3 +89,35 @@ def test_polish_dtr_large_graphs_at_half_the_peak(name, most):
     out = simulate(g, polish(g, res.schedule, budget))
     assert out.peak_memory_bytes <= budget
     assert out.total_cost / float(np.sum(g.cost)) <= most
+
+
+def test_solve_dtr_keep_dead_option_picks_the_freeing_rule():
+    from remat_core.solvers.dtr import dtr_run
+
+    g = random_training_graph(16, seed=2)
+    budget = resolve_budget(g, 0.5)
+    for keep_dead in (False, True):
+        res = solve(g, budget, method="dtr", heuristic="msps", keep_dead=keep_dead, find_min_budget=False)
+        run = dtr_run(g, budget, "msps", keep_dead=keep_dead)
+        assert res.success == run["ok"] and res.stats["keep_dead"] is keep_dead
+        if res.success:
+            assert res.objective == simulate(g, run["schedule"]).total_cost
+    with pytest.raises(ValueError, match="keep_dead"):
+        solve(g, budget, method="dtr", keep_dead="yes")
+
+
+@pytest.mark.parametrize("seed", [0])
+def test_auto_large_path_offers_and_polishes_keep_dead_runs(seed):
+    from remat_core.solvers.dtr import HEURISTICS
+
+    g = random_training_graph(24, seed=seed)
+    budget = resolve_budget(g, 0.4)
+    res = solve(g, budget, method="auto", time_limit_s=4, memory_limit_bytes=10**6)
+    assert res.stats["path"] == "large"
+    assert res.stats["tried"]["dtr(msps, keep_dead)"]["status"] != "skipped"
+    assert "dtr(msps, keep_dead)" in res.stats["tried"]
+    kd = [solve(g, budget, method="dtr", heuristic=h, keep_dead=True, find_min_budget=False)
+          for h in HEURISTICS if h != "random"]
+    found = [r.objective for r in kd if r.success]
+    assert found and res.success and res.peak_memory_bytes <= budget
+    assert res.objective <= min(found)
