@@ -198,7 +198,8 @@ def _relaxation_bound(best: _Best, graph: Graph, budget_bytes: int, time_limit_s
 
 def _keep_dead_runs(best: _Best, graph: Graph, budget_bytes: int, deadline: float | None, sim_s: float,
                     left: Any) -> None:
-    """Offer DTR under its ``keep_dead`` freeing rule for each heuristic, and the polish of the cheapest such run.
+    """Offer DTR under its ``keep_dead`` freeing rule for each heuristic, and the polish of each such run,
+    cheapest first, while time is left.
 
     Its schedules usually cost more than the default rule's, but their
     recomputations are shorter, so that :func:`~remat_core.solvers.segments.polish`
@@ -209,7 +210,7 @@ def _keep_dead_runs(best: _Best, graph: Graph, budget_bytes: int, deadline: floa
     if "dtr" not in _METHODS or best.result is None or best.result.status is SolveStatus.OPTIMAL:
         return
     first = best.tried.get("dtr", {}).get("time_s", 0.0)
-    cheapest: tuple[str, RematResult] | None = None
+    found: list[tuple[str, RematResult]] = []
     # h_dtr last: its neighbourhood walks make its runs the slowest
     for heuristic in sorted((h for h in HEURISTICS if h != "random"), key=lambda h: h == "h_dtr"):
         remaining = left()
@@ -221,10 +222,11 @@ def _keep_dead_runs(best: _Best, graph: Graph, budget_bytes: int, deadline: floa
         if res is None:
             continue
         best.offer(name, res)
-        if res.success and (cheapest is None or res.objective < cheapest[1].objective):
-            cheapest = (name, res)
-    if cheapest is not None and cheapest[1] is not best.result:
-        _polish(best, graph, budget_bytes, deadline, sim_s, candidate=cheapest)
+        if res.success:
+            found.append((name, res))
+    for candidate in sorted(found, key=lambda c: c[1].objective):
+        if candidate[1] is not best.result:
+            _polish(best, graph, budget_bytes, deadline, sim_s, candidate=candidate)
 
 
 def _polish(best: _Best, graph: Graph, budget_bytes: int, deadline: float | None, sim_s: float,
