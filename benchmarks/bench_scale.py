@@ -77,7 +77,11 @@ def child_main(job_path: str, out_path: str) -> None:
     with open(job_path) as f:
         job = json.load(f)
     g = load(job["graph"])
-    budget = smallest_found_budget(g) if job["fraction"] == "min" else resolve_budget(g, job["fraction"])
+    if job["method"] == "min-budget":
+        with open(out_path, "w") as f:
+            json.dump({"budget": smallest_found_budget(g)}, f)
+        return
+    budget = job["budget"] if job.get("budget") else resolve_budget(g, job["fraction"])
     base = float(np.sum(g.cost))
     t0 = time.perf_counter()
     from remat_core.units import budget_fraction
@@ -148,7 +152,7 @@ def render(rows: list[dict], meta: dict) -> str:
     head = ["graph", "nodes", "budget"]
     for lim in limits:
         head += [f"auto {lim:g} s: cost/LB", "path (method)", "wall s", "RSS MiB"]
-    head += ["best baseline", "dtr"]
+    head += ["LB / sum of costs", "best baseline", "dtr (h_dtr_eq)"]
     out = []
 
     def c(x):
@@ -164,14 +168,19 @@ def render(rows: list[dict], meta: dict) -> str:
             row += [c(ratio) if ratio else a.get("status", "-"), f"{a.get('path')} ({a.get('chosen') or '-'})",
                     f"{a.get('wall_s', 0):.1f}", f"{a.get('peak_rss_mib', 0):.0f}"]
         b, t = d.get(("baselines", 0), {}), d.get(("dtr", 0), {})
+        bounds = [d[("auto", lim)].get("bound") for lim in limits if d.get(("auto", lim), {}).get("bound")]
+        row += [c(max(bounds)) if bounds else "-"]
         row += [f"{c(b.get('cost'))} ({b.get('chosen')})" if b.get("cost") else b.get("status", "-"),
                 c(t.get("cost")) if t.get("cost") else t.get("status", "-")]
         out.append(row)
     text = [f"## scale: auto on large graphs (issue 26)", "",
             f"Measured on {meta['machine']}; `{meta['command']}`; {meta['scope']}. {_load_line(meta)}",
             "",
-            "Costs are over the sum of the node costs (every node computed once, the lower bound `auto` reports "
-            "on the large path; on the `ilp` and `lp-rounding` paths the bound is the MILP's or LP's). *wall s*: "
+            "*cost/LB*: the cost of auto's schedule over the lower bound auto itself reports (the MILP's or LP's "
+            "on the `ilp` and `lp-rounding` paths; on the large path the relaxation of `remat_core.bounds`, "
+            "benchmarks/README.md section bounds), so 1.05 means within 5% of the optimum at worst. "
+            "*LB / sum of costs*: that bound over every node computed once; the baselines' and dtr's costs are "
+            "over the sum of the node costs too. *wall s*: "
             "the `solve` call (the limit is on the call; the process's interpreter start-up and graph loading, "
             "2 to 4 s here, are not in it). "
             "*RSS MiB*: peak resident memory of the solve's process and its children. *best baseline*: the "
@@ -196,13 +205,20 @@ def plot(rows: list[dict], path: str) -> None:
         series = {}
         for r in rs:
             label = f"auto {r['limit']:g} s" if r["method"] == "auto" else r["method"]
+            x = r.get("budget_fraction", r["fraction"])
             if r.get("cost"):
-                series.setdefault(label, []).append((r.get("budget_fraction", r["fraction"]), r["cost"]))
-        style = {"baselines": dict(marker="s", ls=":", color="tab:orange"), "dtr": dict(marker="x", ls="--", color="tab:green")}
+                series.setdefault(label, []).append((x, r["cost"]))
+            if r["method"] == "auto" and r.get("bound"):
+                bound = dict(series.get("lower bound", []))
+                bound[x] = max(bound.get(x, 0.0), r["bound"])
+                series["lower bound"] = sorted(bound.items())
+        style = {"baselines": dict(marker="s", ls=":", color="tab:orange"), "dtr": dict(marker="x", ls="--", color="tab:green"),
+                 "lower bound": dict(marker="_", ls="-", color="black", lw=0.8)}
         # auto last, with open circles, so that it shows where it equals dtr
         for label in sorted(series, key=lambda x: (x.startswith("auto"), x)):
             pts = sorted(series[label])
-            st = style.get(label, dict(marker="o", ls="-", mfc="none", ms=9, color="tab:blue"))
+            st = style.get(label, dict(marker="o", ls="-", mfc="none", ms=9,
+                                       color="tab:blue" if label.endswith(" 10 s") else "tab:purple"))
             ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label, **st)
         ax.set_title(f"{gname} ({rs[0].get('n', '')} nodes)", fontsize=9)
         ax.set_xlabel("budget (fraction of activation memory)", fontsize=7)
@@ -254,6 +270,8 @@ def main() -> None:
     ap.add_argument("--graphs", help="comma-separated graph names (DTR names or random-<layers>)")
     ap.add_argument("--fractions", help="comma-separated budgets (fractions of activation memory)")
     ap.add_argument("--limits", help="comma-separated time limits of auto (s)")
+    ap.add_argument("--methods", default="auto,baselines,dtr",
+                    help="which of auto, baselines (the best of the heuristics but dtr) and dtr to run")
     ap.add_argument("--append", action="store_true",
                     help="add this run's rows to results/scale.json (a row of the same graph, budget, method and "
                          "limit is replaced) instead of starting a new file")
@@ -308,10 +326,16 @@ def main() -> None:
     load_before = os.getloadavg()
     rows = []
     for gname in graphs:
+        methods = args.methods.split(",")
         for frac in fractions:
-            jobs = [{"graph": gname, "fraction": frac, "method": "auto", "limit": lim} for lim in limits]
-            jobs += [{"graph": gname, "fraction": frac, "method": m, "limit": 0} for m in ("baselines", "dtr")]
+            budget = run_child({"graph": gname, "fraction": frac, "method": "min-budget", "limit": 0})["budget"] \
+                if frac == "min" else None
+            jobs = [{"graph": gname, "fraction": frac, "method": "auto", "limit": lim} for lim in limits
+                    if "auto" in methods]
+            jobs += [{"graph": gname, "fraction": frac, "method": m, "limit": 0} for m in ("baselines", "dtr")
+                     if m in methods]
             for job in jobs:
+                job["budget"] = budget
                 r = run_child(job)
                 rows.append(r)
                 print(json.dumps({k: r.get(k) for k in ("graph", "fraction", "method", "limit", "status", "cost",
