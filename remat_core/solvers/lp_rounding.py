@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import numbers
+import math
 import time
 from typing import Any, Sequence
 
@@ -328,8 +329,10 @@ def solve_lp_rounding(
     RematResult
         ``FEASIBLE`` (``OPTIMAL`` when the schedule meets the LP bound).
         ``lower_bound`` is the LP optimum at the full budget, a valid lower
-        bound on the optimal cost; it is ``None`` when allowance 0 was not
-        tried. ``stats`` has ``lp_objective`` (per allowance), ``allowance``,
+        bound on the optimal cost; when that LP was not solved (allowance 0
+        not tried, or the time limit) it is the relaxation of
+        :func:`remat_core.bounds.cost_lower_bound` in the time left
+        (``stats["bound_method"]``). ``stats`` has ``lp_objective`` (per allowance), ``allowance``,
         ``candidate`` (threshold or sample that won), ``rounded_cost`` (before
         the local search), ``lp_time_s``, ``lp_warm_solves`` (LPs re-solved from the
         previous allowance's basis; ``lp_warm_abandoned``: re-solves slower than a
@@ -495,6 +498,14 @@ def solve_lp_rounding(
                  polish_time_s=polish_time, candidates=len(seen), evaluations=evaluate.calls)
     if lower_bound is not None:
         stats["lp_lower_bound"] = lower_bound
+    else:   # the LP did not finish: the cheap relaxation of remat_core.bounds in what time is left (sum of costs at 0)
+        from ..bounds import cost_lower_bound
+
+        left = None if time_limit_s is None else max(0.0, time_limit_s - (time.perf_counter() - start))
+        got = cost_lower_bound(graph, budget_bytes, time_limit_s=left)
+        if math.isfinite(got.value):
+            lower_bound = max(float(got.value), base_cost)
+            stats["bound_method"] = got.method
     if best is None:
         message = "no rounding fits the budget at any allowance tried"
         if stats.get("stopped") == "time limit":

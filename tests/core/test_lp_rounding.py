@@ -49,7 +49,9 @@ def test_plain_two_phase_rounding_and_explicit_allowances():
     g = linear_graph(8)
     plain = solve(g, 5, method="lp-rounding", polish_evals=0, allowances=[0.1])
     assert plain.success and plain.stats["allowance"] == 0.1
-    assert plain.lower_bound is None   # the LP at the full budget was not solved: no valid bound
+    # the LP at the full budget was not solved: the bound is remat_core.bounds' relaxation, not the LP's
+    assert "lp_lower_bound" not in plain.stats and plain.stats["bound_method"] in ("lp-cuts", "knapsack", "sum")
+    assert np.sum(g.cost) <= plain.lower_bound <= plain.objective
     assert plain.objective == plain.stats["rounded_cost"]
     full = solve(g, 5, method="lp-rounding")
     assert full.lower_bound is not None and full.objective <= plain.objective
@@ -132,3 +134,23 @@ def test_repair_finds_a_schedule_at_a_tight_budget_without_the_local_search():
         res = solve(g, budget, method="lp-rounding", polish_evals=evals)
         assert res.success and res.peak_memory_bytes <= budget, (evals, res.message)
         assert res.stats["candidate"].startswith("repaired rounding")
+
+
+def test_a_stopped_lp_still_gives_a_bound_from_the_cheap_relaxation(monkeypatch):
+    """The LP stopped at the limit: the result carries remat_core.bounds' bound, above the sum of the costs where
+    memory forces recomputation, and never above the cost."""
+    from remat_core.solvers import backends
+    from remat_core.solvers.backends import BackendResult
+
+    class Stopped:
+        warm_solves = warm_abandoned = 0
+
+        def solve(self, *args, **kwargs):
+            return BackendResult(status=SolveStatus.NO_SOLUTION, x=None, objective=None)
+
+    monkeypatch.setattr(backends, "lp_sequence", lambda *a, **k: Stopped())
+    g = linear_graph(16)
+    budget = 7
+    res = solve(g, budget, method="lp-rounding", time_limit_s=30)
+    assert res.success and res.peak_memory_bytes <= budget
+    assert res.lower_bound is not None and float(np.sum(g.cost)) < res.lower_bound <= res.objective
