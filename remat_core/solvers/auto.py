@@ -172,6 +172,21 @@ def _other_dtr_heuristics(best: _Best, graph: Graph, budget_bytes: int, left: An
             best.offer(f"dtr({heuristic})", res)
 
 
+def _smallest_dtr_budget(best: _Best, graph: Graph, budget_bytes: int, left: Any) -> None:
+    """Where nothing fits: the smallest budget at which DTR's default run succeeds (its bisection, about a dozen
+    runs), to report with the result, while time allows."""
+    from . import _METHODS
+
+    first = best.tried.get("dtr", {}).get("time_s")
+    remaining = left()
+    if "dtr" not in _METHODS or first is None or (remaining is not None and 12 * first > remaining):
+        return
+    res = _run("dtr", graph, budget_bytes)
+    if res is not None and res.stats.get("method_min_budget_bytes") is not None:
+        mb = int(res.stats["method_min_budget_bytes"])
+        best.min_budget = mb if best.min_budget is None else min(best.min_budget, mb)
+
+
 def _relaxation_bound(best: _Best, graph: Graph, budget_bytes: int, time_limit_s: float | None, left: Any) -> None:
     """Raise ``best``'s lower bound to :func:`~remat_core.bounds.cost_lower_bound`'s, within
     :data:`_BOUND_SHARE` of the limit and half of the time left (it stops at its own limit)."""
@@ -276,9 +291,11 @@ def solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None = 60.
     -------
     RematResult
         ``OPTIMAL`` when the MILP proved it, else ``FEASIBLE`` with the best
-        schedule found and a lower bound; ``INFEASIBLE`` when no method found a
-        schedule (``stats["min_budget_bytes"]``: the smallest peak a baseline
-        reached, when known). ``stats["path"]`` says which path ran,
+        schedule found and a lower bound. Without a schedule:
+        ``INFEASIBLE`` when that is proven (the budget is below what one node
+        needs, or the exact method proved it), else ``NO_SOLUTION``
+        (``stats["min_budget_bytes"]``: the smallest peak a heuristic reached,
+        when known). ``stats["path"]`` says which path ran,
         ``stats["chosen"]`` which method gave the schedule and
         ``stats["tried"]`` what each method returned.
 
@@ -330,7 +347,9 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
             continue
         t0 = time.perf_counter()
         try:
-            res = _run(name, graph, budget_bytes)
+            # one DTR run here (its bisection for the smallest budget would cost ten or more, and the time
+            # left for the other heuristics is estimated from this run's)
+            res = _run(name, graph, budget_bytes, **({"find_min_budget": False} if name == "dtr" else {}))
         except Exception as exc:   # a broken heuristic must not cost the others' schedules
             log.warning("auto: %s failed: %s: %s", name, type(exc).__name__, exc)
             best.tried[name] = {"status": "error", "message": f"{type(exc).__name__}: {exc}"}
@@ -393,14 +412,20 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
     stats: dict[str, Any] = {"path": path, "tried": best.tried, "chosen": best.method,
                              "estimated_nonzeros": estimate_milp_size(graph).nonzeros}
     if best.result is None:
+        _smallest_dtr_budget(best, graph, budget_bytes, left)
         if best.min_budget is not None:
             stats["min_budget_bytes"] = best.min_budget
         if stopped:   # not a proof: the exact method did not finish
             return RematResult(status=SolveStatus.NO_SOLUTION, stats=stats,
                                message=f"auto ({path} path): no heuristic schedule fits {budget_bytes} bytes "
                                        f"and {stopped}")
-        return RematResult(status=SolveStatus.INFEASIBLE, stats=stats,
-                           message=f"auto ({path} path): no method found a schedule within {budget_bytes} bytes")
+        if budget_bytes < graph.min_budget_lower_bound_bytes() or best.tried.get(path, {}).get("status") == "infeasible":
+            return RematResult(status=SolveStatus.INFEASIBLE, stats=stats,
+                               message=f"auto ({path} path): no schedule fits {budget_bytes} bytes (proven)")
+        # the heuristics found nothing, which proves nothing: a schedule may exist
+        return RematResult(status=SolveStatus.NO_SOLUTION, stats=stats,
+                           message=f"auto ({path} path): no method found a schedule within {budget_bytes} bytes in "
+                                   "the time given; that does not prove there is none")
     res = best.result
     status = res.status if best.method == "ilp" and res.status is SolveStatus.OPTIMAL else SolveStatus.FEASIBLE
     if best.method == "checkpoint-all" and res.status is SolveStatus.OPTIMAL:

@@ -93,3 +93,27 @@ def test_large_path_finds_a_schedule_whenever_some_dtr_heuristic_does(seed, frac
         assert res.objective <= min(found) + 1e-9
     else:
         assert not res.success
+
+
+def test_no_schedule_found_is_not_called_infeasible_unless_proven():
+    g = random_training_graph(30, seed=0)
+    lower = g.min_budget_lower_bound_bytes()
+    below = solve(g, lower - 1, method="auto", time_limit_s=10, memory_limit_bytes=10**6)
+    assert below.status is SolveStatus.INFEASIBLE and "proven" in below.message
+    found = below.stats["min_budget_bytes"]          # the smallest budget a heuristic reached
+    assert found > lower + 1
+    between = solve(g, (lower + found) // 2, method="auto", time_limit_s=10, memory_limit_bytes=10**6)
+    if between.success:                               # a method found one after all: it must fit
+        assert between.peak_memory_bytes <= (lower + found) // 2
+    else:                                             # nothing found, nothing proven
+        assert between.status is SolveStatus.NO_SOLUTION and "does not prove" in between.message
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="shared DTR graphs not present")
+def test_lstm_at_half_its_activation_memory_gets_a_schedule_within_a_short_limit():
+    """The default DTR heuristic fails there; the others must still get their turn within 10 s."""
+    g = load_dtr_dag(os.path.join(SHARED_DATA, "LSTM_512.json"))
+    budget = resolve_budget(g, 0.5)
+    res = solve(g, budget, method="auto", time_limit_s=10)
+    assert res.success and res.peak_memory_bytes <= budget
