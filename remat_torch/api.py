@@ -518,7 +518,7 @@ def _infeasible(eg: ExtractedGraph, budget_bytes: int, result: RematResult, s: _
     lb, node = min_budget_bytes(g)
     exact = stats.get("min_budget_bytes")
     if exact is not None:
-        need, how = int(exact), "the smallest feasible budget is"
+        need, how = int(exact), "the smallest budget at which a method found a plan is"
     else:
         need = max(int(stats.get("min_budget_lower_bound_bytes") or 0), lb)
         how = "no plan exists below"
