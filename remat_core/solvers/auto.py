@@ -117,6 +117,8 @@ class _Best:
     def offer(self, name: str, res: RematResult) -> None:
         self.tried[name] = {"status": res.status.value, "objective": res.objective,
                             "lower_bound": res.lower_bound, "time_s": round(res.solve_time_s, 3)}
+        if "computations" in res.stats:
+            self.tried[name]["computations"] = int(res.stats["computations"])
         if res.lower_bound is not None and res.status is not SolveStatus.INFEASIBLE:
             self.lower_bound = res.lower_bound if self.lower_bound is None else max(self.lower_bound, res.lower_bound)
         mb = res.stats.get("method_min_budget_bytes")
@@ -151,7 +153,43 @@ def _exact(method: str, graph: Graph, budget_bytes: int, options: dict[str, Any]
     return call_with_deadline(method, graph, budget_bytes, options, deadline - _RESERVE_S)
 
 
-def _other_dtr_heuristics(best: _Best, graph: Graph, budget_bytes: int, left: Any) -> None:
+#: How much longer an h_dtr computation takes than one of the default heuristic, for its cap: its
+#: neighbourhood walks grow with the evicted set (about 60x on LSTM_512 at 0.5 of its activation memory).
+_H_DTR_SLOWDOWN = 60.0
+#: The computation cap (a multiple of the node count) of auto's first DTR run, before a run's time per
+#: computation is known: a run that needs more is thrashing at that budget.
+_FIRST_DTR_COMPUTE_FACTOR = 10.0
+
+
+def _dtr_within(best: _Best, graph: Graph, budget_bytes: int, left: Any, sim_s: float, name: str,
+                **options: Any) -> RematResult | None:
+    """One DTR run that cannot outlast the time left: its computation cap is set from the time a computation
+    took in the baselines' DTR run (or, without one, from a simulation's), so that a thrashing run stops in
+    time (a run is not interruptible otherwise); ``None`` (and ``skipped``) when even one pass does not fit."""
+    remaining = left()
+    cap = None
+    if remaining is not None:
+        ref = best.tried.get("dtr", {})
+        if ref.get("computations") and ref.get("time_s"):
+            per = ref["time_s"] / ref["computations"]
+            if options.get("heuristic") == "h_dtr":
+                per *= _H_DTR_SLOWDOWN   # its neighbourhood walks
+            # at most the time left, shared by the run and the keep_dead rerun that follows a failure
+            cap = 0.5 * remaining / max(per * graph.n, 1e-9)
+        else:   # the first run: a computation costs far less than a simulation step of the dense schedule
+            cap = _FIRST_DTR_COMPUTE_FACTOR if remaining > 0.5 and options.get("heuristic") != "h_dtr" else 0.0
+        if cap < 1.2:
+            best.tried[name] = {"status": "skipped", "message": "too little time left"}
+            return None
+        cap = min(cap, 50.0)
+    res = _run("dtr", graph, budget_bytes, find_min_budget=False,
+               **({} if cap is None else {"max_compute_factor": cap}), **options)
+    if res is not None:
+        best.offer(name, res)
+    return res
+
+
+def _other_dtr_heuristics(best: _Best, graph: Graph, budget_bytes: int, left: Any, sim_s: float = 0.0) -> None:
     """Offer DTR's other eviction heuristics: on large graphs no single one is best or reaches the smallest
     budget everywhere (benchmarks/README.md, section dtr), and a run costs about one simulation."""
     from . import _METHODS
@@ -162,14 +200,7 @@ def _other_dtr_heuristics(best: _Best, graph: Graph, budget_bytes: int, left: An
     for heuristic in HEURISTICS:
         if heuristic in (DEFAULT_HEURISTIC, "random"):
             continue
-        remaining = left()
-        first = best.tried.get("dtr", {}).get("time_s", 0.0)
-        if remaining is not None and 2 * first > 0.5 * remaining:
-            best.tried[f"dtr({heuristic})"] = {"status": "skipped", "message": "too little time left"}
-            continue
-        res = _run("dtr", graph, budget_bytes, heuristic=heuristic, find_min_budget=False)
-        if res is not None:
-            best.offer(f"dtr({heuristic})", res)
+        _dtr_within(best, graph, budget_bytes, left, sim_s, f"dtr({heuristic})", heuristic=heuristic)
 
 
 def _smallest_dtr_budget(best: _Best, graph: Graph, budget_bytes: int, left: Any) -> None:
@@ -224,19 +255,13 @@ def _keep_dead_runs(best: _Best, graph: Graph, budget_bytes: int, deadline: floa
 
     if "dtr" not in _METHODS or best.result is None or best.result.status is SolveStatus.OPTIMAL:
         return
-    first = best.tried.get("dtr", {}).get("time_s", 0.0)
     found: list[tuple[str, RematResult]] = []
     # h_dtr last: its neighbourhood walks make its runs the slowest
     for heuristic in sorted((h for h in HEURISTICS if h != "random"), key=lambda h: h == "h_dtr"):
-        remaining = left()
-        if remaining is not None and 4 * first > 0.5 * remaining:
-            best.tried[f"dtr({heuristic}, keep_dead)"] = {"status": "skipped", "message": "too little time left"}
-            continue
         name = f"dtr({heuristic}, keep_dead)"
-        res = _run("dtr", graph, budget_bytes, heuristic=heuristic, find_min_budget=False, keep_dead=True)
+        res = _dtr_within(best, graph, budget_bytes, left, sim_s, name, heuristic=heuristic, keep_dead=True)
         if res is None:
             continue
-        best.offer(name, res)
         if res.success:
             found.append((name, res))
     for candidate in sorted(found, key=lambda c: c[1].objective):
@@ -342,14 +367,15 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
         if name not in _METHODS:
             continue
         remaining = left()
-        if remaining is not None and _SIMULATIONS.get(name, 2) * sim_s > 0.5 * remaining:
+        if name != "dtr" and remaining is not None and _SIMULATIONS.get(name, 2) * sim_s > 0.5 * remaining:
             best.tried[name] = {"status": "skipped", "message": "too little time left for its family of schedules"}
             continue
         t0 = time.perf_counter()
         try:
-            # one DTR run here (its bisection for the smallest budget would cost ten or more, and the time
-            # left for the other heuristics is estimated from this run's)
-            res = _run(name, graph, budget_bytes, **({"find_min_budget": False} if name == "dtr" else {}))
+            if name == "dtr":   # one run, capped to the time left (the others' estimates come from it)
+                _dtr_within(best, graph, budget_bytes, left, sim_s, "dtr")
+                continue
+            res = _run(name, graph, budget_bytes)
         except Exception as exc:   # a broken heuristic must not cost the others' schedules
             log.warning("auto: %s failed: %s: %s", name, type(exc).__name__, exc)
             best.tried[name] = {"status": "error", "message": f"{type(exc).__name__}: {exc}"}
@@ -386,7 +412,7 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
     if deadline is not None:
         left = lambda: deadline - time.perf_counter()  # noqa: E731
     if path == "large":
-        _other_dtr_heuristics(best, graph, budget_bytes, left)
+        _other_dtr_heuristics(best, graph, budget_bytes, left, sim_s)
         _polish(best, graph, budget_bytes, deadline, sim_s)
         for name in LARGE_GRAPH_METHODS:
             remaining = left()

@@ -117,3 +117,20 @@ def test_lstm_at_half_its_activation_memory_gets_a_schedule_within_a_short_limit
     budget = resolve_budget(g, 0.5)
     res = solve(g, budget, method="auto", time_limit_s=10)
     assert res.success and res.peak_memory_bytes <= budget
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="shared DTR graphs not present")
+@pytest.mark.parametrize("fraction", [0.5, 0.17])
+def test_dtr_runs_that_thrash_do_not_outlast_the_limit(fraction):
+    """At tight budgets a DTR run thrashes up to its computation cap (h_dtr's at about 2 ms a computation on
+    this graph): auto caps each run by the time left, so the call still ends within its limit."""
+    import time as _time
+
+    g = load_dtr_dag(os.path.join(SHARED_DATA, "LSTM_512.json"))
+    budget = resolve_budget(g, fraction)
+    t0 = _time.perf_counter()
+    res = solve(g, budget, method="auto", time_limit_s=10)
+    assert _time.perf_counter() - t0 <= 11.0
+    assert res.status in (SolveStatus.FEASIBLE, SolveStatus.OPTIMAL, SolveStatus.NO_SOLUTION)
+    assert not res.success or res.peak_memory_bytes <= budget
