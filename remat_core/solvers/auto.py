@@ -153,9 +153,10 @@ def _exact(method: str, graph: Graph, budget_bytes: int, options: dict[str, Any]
     return call_with_deadline(method, graph, budget_bytes, options, deadline - _RESERVE_S)
 
 
-#: How much longer an h_dtr computation takes than one of the default heuristic, for its cap: its
-#: neighbourhood walks grow with the evicted set (about 60x on LSTM_512 at 0.5 of its activation memory).
-_H_DTR_SLOWDOWN = 60.0
+#: How much longer a computation of these heuristics takes than one of the default heuristic, for their
+#: caps: their walks over evicted values grow with the evicted set (on LSTM_512 at tight budgets, about 60x
+#: for h_dtr's neighbourhood and 25x for msps's ancestors).
+_DTR_SLOWDOWN = {"h_dtr": 60.0, "msps": 30.0}
 #: The computation cap (a multiple of the node count) of auto's first DTR run, before a run's time per
 #: computation is known: a run that needs more is thrashing at that budget.
 _FIRST_DTR_COMPUTE_FACTOR = 10.0
@@ -170,14 +171,13 @@ def _dtr_within(best: _Best, graph: Graph, budget_bytes: int, left: Any, sim_s: 
     cap = None
     if remaining is not None:
         ref = best.tried.get("dtr", {})
-        if ref.get("computations") and ref.get("time_s"):
-            per = ref["time_s"] / ref["computations"]
-            if options.get("heuristic") == "h_dtr":
-                per *= _H_DTR_SLOWDOWN   # its neighbourhood walks
+        if ref.get("computations") and "time_s" in ref:   # time_s is rounded to ms: at least 0.5 ms
+            per = max(ref["time_s"], 5e-4) / ref["computations"]
+            per *= _DTR_SLOWDOWN.get(options.get("heuristic", ""), 1.0)
             # at most the time left, shared by the run and the keep_dead rerun that follows a failure
             cap = 0.5 * remaining / max(per * graph.n, 1e-9)
         else:   # the first run: a computation costs far less than a simulation step of the dense schedule
-            cap = _FIRST_DTR_COMPUTE_FACTOR if remaining > 0.5 and options.get("heuristic") != "h_dtr" else 0.0
+            cap = _FIRST_DTR_COMPUTE_FACTOR if remaining > 0.5 and options.get("heuristic") not in _DTR_SLOWDOWN else 0.0
         if cap < 1.2:
             best.tried[name] = {"status": "skipped", "message": "too little time left"}
             return None
@@ -197,7 +197,10 @@ def _other_dtr_heuristics(best: _Best, graph: Graph, budget_bytes: int, left: An
 
     if "dtr" not in _METHODS:
         return
-    for heuristic in HEURISTICS:
+    # msps first: across the shared graphs it is most often the best and the one reaching the smallest budgets
+    # (benchmarks/README.md, section dtr); h_dtr, the slowest, last
+    order = sorted(HEURISTICS, key=lambda h: (h != "msps", h == "h_dtr"))
+    for heuristic in order:
         if heuristic in (DEFAULT_HEURISTIC, "random"):
             continue
         _dtr_within(best, graph, budget_bytes, left, sim_s, f"dtr({heuristic})", heuristic=heuristic)
