@@ -69,7 +69,7 @@ LARGE_GRAPH_METHODS = ("segments",)
 #: About how many simulations each baseline runs (its family of schedules; 2 for the others): a baseline is
 #: skipped when that many times one simulation is more than half of the time left (5,000-node graphs: 0.1-0.3 s
 #: a simulation on an idle core).
-_SIMULATIONS = {"checkpoint-all": 1, "dtr": 3, "rotor": 3, "ap-greedy": 45, "ap-sqrtn": 45, "linearized-greedy": 45,
+_SIMULATIONS = {"checkpoint-all": 1, "rotor": 3, "ap-greedy": 45, "ap-sqrtn": 45, "linearized-greedy": 45,
                 "linearized-sqrtn": 45, "chen-greedy": 45, "chen-sqrtn": 45, "griewank-logn": 10}
 #: Share of the limit kept back on the large path: the time of each step there (a coarse solve's child, a
 #: refinement, a polish round) is an estimate from one simulation, which varies on a loaded machine.
@@ -162,11 +162,12 @@ _DTR_SLOWDOWN = {"h_dtr": 60.0, "msps": 30.0}
 _FIRST_DTR_COMPUTE_FACTOR = 10.0
 
 
-def _dtr_within(best: _Best, graph: Graph, budget_bytes: int, left: Any, sim_s: float, name: str,
+def _dtr_within(best: _Best, graph: Graph, budget_bytes: int, left: Any, name: str,
                 **options: Any) -> RematResult | None:
     """One DTR run that cannot outlast the time left: its computation cap is set from the time a computation
-    took in the baselines' DTR run (or, without one, from a simulation's), so that a thrashing run stops in
-    time (a run is not interruptible otherwise); ``None`` (and ``skipped``) when even one pass does not fit."""
+    took in the baselines' DTR run (that first run itself is capped at :data:`_FIRST_DTR_COMPUTE_FACTOR`), so
+    that a thrashing run stops in time (a run is not interruptible otherwise); ``None`` (and ``skipped``) when
+    even one pass does not fit."""
     remaining = left()
     cap = None
     if remaining is not None:
@@ -189,9 +190,9 @@ def _dtr_within(best: _Best, graph: Graph, budget_bytes: int, left: Any, sim_s: 
     return res
 
 
-def _other_dtr_heuristics(best: _Best, graph: Graph, budget_bytes: int, left: Any, sim_s: float = 0.0) -> None:
+def _other_dtr_heuristics(best: _Best, graph: Graph, budget_bytes: int, left: Any) -> None:
     """Offer DTR's other eviction heuristics: on large graphs no single one is best or reaches the smallest
-    budget everywhere (benchmarks/README.md, section dtr), and a run costs about one simulation."""
+    budget everywhere (benchmarks/README.md, section dtr); each run is capped by :func:`_dtr_within`."""
     from . import _METHODS
     from .dtr import DEFAULT_HEURISTIC, HEURISTICS
 
@@ -203,7 +204,7 @@ def _other_dtr_heuristics(best: _Best, graph: Graph, budget_bytes: int, left: An
     for heuristic in order:
         if heuristic in (DEFAULT_HEURISTIC, "random"):
             continue
-        _dtr_within(best, graph, budget_bytes, left, sim_s, f"dtr({heuristic})", heuristic=heuristic)
+        _dtr_within(best, graph, budget_bytes, left, f"dtr({heuristic})", heuristic=heuristic)
 
 
 def _smallest_dtr_budget(best: _Best, graph: Graph, budget_bytes: int, left: Any) -> None:
@@ -215,7 +216,8 @@ def _smallest_dtr_budget(best: _Best, graph: Graph, budget_bytes: int, left: Any
     remaining = left()
     if "dtr" not in _METHODS or first is None or (remaining is not None and 12 * first > remaining):
         return
-    res = _run("dtr", graph, budget_bytes)
+    # capped like the first run, so that no bisection step thrashes past the estimate
+    res = _run("dtr", graph, budget_bytes, max_compute_factor=_FIRST_DTR_COMPUTE_FACTOR)
     if res is not None and res.stats.get("method_min_budget_bytes") is not None:
         mb = int(res.stats["method_min_budget_bytes"])
         best.min_budget = mb if best.min_budget is None else min(best.min_budget, mb)
@@ -262,7 +264,7 @@ def _keep_dead_runs(best: _Best, graph: Graph, budget_bytes: int, deadline: floa
     # h_dtr last: its neighbourhood walks make its runs the slowest
     for heuristic in sorted((h for h in HEURISTICS if h != "random"), key=lambda h: h == "h_dtr"):
         name = f"dtr({heuristic}, keep_dead)"
-        res = _dtr_within(best, graph, budget_bytes, left, sim_s, name, heuristic=heuristic, keep_dead=True)
+        res = _dtr_within(best, graph, budget_bytes, left, name, heuristic=heuristic, keep_dead=True)
         if res is None:
             continue
         if res.success:
@@ -376,7 +378,7 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
         t0 = time.perf_counter()
         try:
             if name == "dtr":   # one run, capped to the time left (the others' estimates come from it)
-                _dtr_within(best, graph, budget_bytes, left, sim_s, "dtr")
+                _dtr_within(best, graph, budget_bytes, left, "dtr")
                 continue
             res = _run(name, graph, budget_bytes)
         except Exception as exc:   # a broken heuristic must not cost the others' schedules
@@ -415,7 +417,7 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
     if deadline is not None:
         left = lambda: deadline - time.perf_counter()  # noqa: E731
     if path == "large":
-        _other_dtr_heuristics(best, graph, budget_bytes, left, sim_s)
+        _other_dtr_heuristics(best, graph, budget_bytes, left)
         _polish(best, graph, budget_bytes, deadline, sim_s)
         for name in LARGE_GRAPH_METHODS:
             remaining = left()
