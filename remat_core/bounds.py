@@ -42,6 +42,31 @@ it. Large instances are solved by cutting planes: the rows whose single-row
 (fractional knapsack) bound is largest first, then the most violated rows,
 until none is violated or the time is up.
 
+Recomputations need their inputs
+--------------------------------
+The rows above charge a dropped value only its own cost, as if its inputs
+were at hand whenever it is recomputed. Where a large value is cheap to
+compute from inputs nothing else holds by then (an LSTM's gates and
+products), that is far too generous. For a row ``t`` call ``w`` *dead at t*
+when every reader of ``w`` is before ``t``. If ``v`` in ``L_t`` is not kept
+into stage ``t + 1`` (``d[v, t]``, at most ``y[v, gap(v, t)]``), it is
+computed again after ``t``, and each dead input ``w`` of it must then be
+present: resident at the instant of the row (``r[w, t]``, whose bytes the
+row now counts), or computed again after ``t`` (``q[w, t]``), which needs
+``w``'s own dead inputs in the same way. A computation of ``w`` after its
+last reader is one no gap of ``w`` pays for; one such computation (``T[w]``,
+costing ``cost[w]``, at least every ``q[w, t]``) may serve every row:
+
+    sum_v m_v d[v, t] - sum_w m_w r[w, t] >= E_t,
+    r[w, t] + q[w, t] >= d[v, t]   (w a dead input of v),
+    r[x, t] + q[x, t] >= q[w, t]   (x a dead input of w),   T[w] >= q[w, t].
+
+These *closure rows* are added, in rounds of eight, to the rows with the
+largest duals of the cutting-plane LP, which is then solved again from its
+basis; inputs are followed back at most :data:`_CLOSURE_DEPTH` levels (a
+shallower closure leaves requirements out, so it is still a relaxation).
+The value reported is the Lagrangian of the strengthened LP at its duals.
+
 Examples
 --------
 >>> from remat_core.zoo import linear_graph
@@ -89,7 +114,8 @@ class BoundResult:
         The bound (``inf`` when no schedule fits the budget: some node's
         inputs, output and workspace alone exceed it).
     method : str
-        What gave it: ``"lp-cuts"`` (the relaxation's LP over the rows added
+        What gave it: ``"lp-closure"`` (the LP with the rows strengthened by
+        the inputs of recomputations), ``"lp-cuts"`` (the relaxation's LP over the rows added
         so far), ``"knapsack"`` (the best single row, when no LP finished),
         ``"sum"`` (the sum of the node costs: no stage must drop anything),
         or ``"infeasible"``.
@@ -204,7 +230,8 @@ class _Rows:
 
 
 def cost_lower_bound(graph: Graph, budget_bytes: int, time_limit_s: float | None = None,
-                     max_nonzeros: int = DEFAULT_MAX_NONZEROS, rows_per_round: int | None = None) -> BoundResult:
+                     max_nonzeros: int = DEFAULT_MAX_NONZEROS, rows_per_round: int | None = None,
+                     closure: bool = True) -> BoundResult:
     """A lower bound on the cost of every schedule of ``graph`` whose peak is within ``budget_bytes``.
 
     The relaxation and why it is valid: the module docstring. It needs
@@ -225,6 +252,9 @@ def cost_lower_bound(graph: Graph, budget_bytes: int, time_limit_s: float | None
     rows_per_round : int, optional
         Rows added per round (default: an eighth of the rows, at least 50 and at most 200; a short first
         round gives a valid LP bound sooner).
+    closure : bool
+        After the cutting planes, strengthen the rows with the largest duals by the inputs a recomputation
+        needs (module docstring, *Recomputations need their inputs*); the bound is the larger of the two LPs.
 
     Returns
     -------
@@ -271,14 +301,28 @@ def cost_lower_bound(graph: Graph, budget_bytes: int, time_limit_s: float | None
     if deadline is not None and time.perf_counter() >= deadline:
         return best
     try:
-        return _cutting_planes(rows, knap, total, deadline, max_nonzeros, rows_per_round, best, result)
+        best, lp_rows, pi, h = _cutting_planes(rows, knap, total, deadline, max_nonzeros, rows_per_round, best,
+                                               result)
     except (ImportError, SolverError):
         return best
+    if not closure or h is None or (deadline is not None and time.perf_counter() >= deadline):
+        return best
+    try:
+        value = _closure_lp(graph, rows, h, lp_rows, pi, knap, deadline, max_nonzeros)
+    except SolverError:
+        return best
+    if value is None or total + value * (1 - _SAFETY) <= best.value:
+        return best
+    return result(total + value * (1 - _SAFETY), "lp-closure", best.cuts, best.converged,
+                  best.knapsack - total)
 
 
 def _cutting_planes(rows: _Rows, knap: np.ndarray, total: float, deadline: float | None, max_nonzeros: int,
-                    rows_per_round: int | None, best: BoundResult, result) -> BoundResult:
-    """The LP over growing subsets of the rows (module docstring); ``best`` until one is solved."""
+                    rows_per_round: int | None, best: BoundResult, result
+                    ) -> tuple[BoundResult, np.ndarray, np.ndarray, object]:
+    """The LP over growing subsets of the rows (module docstring); ``best`` until one is solved. Also returns
+    the rows (sorted positions) and duals of the LP whose Lagrangian gave the bound (empty if none), and the
+    HiGHS instance holding that LP solved to optimality (``None`` if the last solve was not)."""
     import highspy
 
     from ._native_io import native_output_silenced
@@ -300,6 +344,7 @@ def _cutting_planes(rows: _Rows, knap: np.ndarray, total: float, deadline: float
     nonzeros = 0
     candidates = np.argsort(-knap, kind="stable")   # the first round: the strongest single rows
     value, cuts, converged = None, 0, False
+    best_rows, best_pi = np.zeros(0, dtype=np.int64), np.zeros(0)
     while True:
         room = max_nonzeros - nonzeros
         take = candidates[np.cumsum(rows.size[candidates]) <= room][:per_round]
@@ -336,7 +381,7 @@ def _cutting_planes(rows: _Rows, knap: np.ndarray, total: float, deadline: float
         reduced = cost - np.bincount(gg, weights=pi[rr] * cc / rows.E[lp_rows][rr], minlength=n_gaps)
         lagrangian = float(pi.sum() + np.minimum(reduced, 0.0).sum()) * c_scale
         if value is None or lagrangian > value:
-            value = lagrangian
+            value, best_rows, best_pi = lagrangian, lp_rows, pi
         cuts = len(lp_rows)
         y = np.clip(np.asarray(sol.col_value, dtype=np.float64), 0.0, 1.0)
         out = np.flatnonzero(~in_lp)
@@ -352,5 +397,152 @@ def _cutting_planes(rows: _Rows, knap: np.ndarray, total: float, deadline: float
         if deadline is not None and time.perf_counter() >= deadline:
             break
     if value is None or value * (1 - _SAFETY) < best.value - total:
-        return best if value is None else result(best.value, "knapsack", cuts, converged, best.knapsack - total)
-    return result(total + max(value, 0.0) * (1 - _SAFETY), "lp-cuts", cuts, converged, best.knapsack - total)
+        out = best if value is None else result(best.value, "knapsack", cuts, converged, best.knapsack - total)
+    else:
+        out = result(total + max(value, 0.0) * (1 - _SAFETY), "lp-cuts", cuts, converged, best.knapsack - total)
+    return out, best_rows, best_pi, (h if value is not None and h.getModelStatus() ==
+                                     highspy.HighsModelStatus.kOptimal else None)
+
+
+#: Rows strengthened by :func:`_closure_lp` (those with the largest duals in the cutting-plane LP).
+_CLOSURE_ROWS = 64
+#: Rows strengthened per round; rounds stop when one raises the bound by less than :data:`_CLOSURE_GAIN`.
+_CLOSURE_ROUND = 8
+_CLOSURE_GAIN = 1e-3
+#: Levels of inputs followed back from a dropped value (deeper requirements are left out: a relaxation).
+_CLOSURE_DEPTH = 8
+
+
+def _closure_lp(graph: Graph, rows: _Rows, h, lp_rows: np.ndarray, pi: np.ndarray, knap: np.ndarray,
+                deadline: float | None, max_nonzeros: int) -> float | None:
+    """Adds to the cutting-plane LP ``h`` (solved) the closure rows of the rows with the largest duals (module
+    docstring, *Recomputations need their inputs*) and solves it again from its basis; returns the bound on
+    the recomputation cost (the Lagrangian at the new duals), or ``None`` when the LP did not finish in time."""
+    mem = graph.memory_bytes.astype(np.int64)
+    cost = graph.cost.astype(np.float64)
+    dep_ptr, dep_idx, user_ptr, user_idx = graph.csr
+    count = np.diff(user_ptr)
+    last_read = np.full(graph.n, -1, dtype=np.int64)
+    last_read[count > 0] = user_idx[user_ptr[1:][count > 0] - 1]
+    n_gaps = len(rows.a)
+    c_scale = float(rows.c.max()) if n_gaps and rows.c.max() > 0 else 1.0
+    # rows to strengthen, in rounds: the largest duals first, then the strongest single rows
+    order = np.lexsort((-knap[lp_rows], -pi))
+    chosen = lp_rows[order][pi[order] > 0][:_CLOSURE_ROWS]
+    if not len(chosen):
+        return None
+    tail: dict[int, int] = {}                           # value -> its column "recomputed after its last reader"
+    value = None
+    for first in range(0, len(chosen), _CLOSURE_ROUND):
+        if deadline is not None and time.perf_counter() >= deadline:
+            break
+        got = _closure_round(rows, h, chosen[first:first + _CLOSURE_ROUND], tail, mem, cost / c_scale, dep_ptr,
+                             dep_idx, last_read, deadline, max_nonzeros)
+        if got is None:
+            break
+        if value is not None and got * c_scale <= value * (1 + _CLOSURE_GAIN):
+            value = max(value, got * c_scale)
+            break
+        value = got * c_scale if value is None else max(value, got * c_scale)
+    return value
+
+
+def _closure_round(rows: _Rows, h, chosen: np.ndarray, tail: dict[int, int], mem: np.ndarray, cost: np.ndarray,
+                   dep_ptr: np.ndarray, dep_idx: np.ndarray, last_read: np.ndarray, deadline: float | None,
+                   max_nonzeros: int) -> float | None:
+    """Adds the closure rows of ``chosen`` to ``h`` and solves it again; the Lagrangian (scaled units) or
+    ``None``. ``tail`` (the columns "recomputed after its last reader", shared by every row) grows."""
+    import highspy
+    from scipy import sparse
+
+    n_before = n_cols = h.getNumCol()
+    r_i: list[int] = []
+    r_j: list[int] = []
+    r_v: list[float] = []
+    rhs: list[float] = []
+    extra_cost: list[float] = []
+
+    def new_col(c: float = 0.0) -> int:
+        nonlocal n_cols
+        extra_cost.append(c)
+        n_cols += 1
+        return n_cols - 1
+
+    def add_row(cols: list[int], vals: list[float], lo: float) -> None:
+        row = len(rhs)
+        rhs.append(lo)
+        r_i.extend([row] * len(cols))
+        r_j.extend(cols)
+        r_v.extend(vals)
+
+    for pos in chosen:
+        if len(r_v) > max_nonzeros // 4 or (deadline is not None and time.perf_counter() >= deadline):
+            break
+        t = int(rows.stages[pos])
+        E = float(rows.E[pos])
+        _, g_row, _ = rows.build(np.array([pos]))
+        local: dict[int, tuple[int, int]] = {}          # dead value -> (resident column, recomputed column)
+        mem_cols: list[int] = []
+        mem_vals: list[float] = []
+
+        def need(w: int, depth: int) -> tuple[int, int]:
+            """The columns saying ``w`` (dead at ``t``) is resident at ``t`` or computed after it."""
+            if w in local:
+                return local[w]
+            res, rec = new_col(), new_col()
+            local[w] = (res, rec)
+            mem_cols.append(res)
+            mem_vals.append(-float(mem[w]))
+            if w not in tail:
+                tail[w] = new_col(float(cost[w]))
+            add_row([tail[w], rec], [1.0, -1.0], 0.0)
+            if depth < _CLOSURE_DEPTH:              # w computed after t needs its own dead inputs then
+                for x in dep_idx[dep_ptr[w]:dep_ptr[w + 1]]:
+                    if mem[x] > 0 and last_read[x] < t:
+                        got = need(int(x), depth + 1)
+                        add_row([got[0], got[1], rec], [1.0, 1.0, -1.0], 0.0)
+            return res, rec
+
+        for g in g_row:
+            v = int(rows.owner[g])
+            dead = [int(x) for x in dep_idx[dep_ptr[v]:dep_ptr[v + 1]] if mem[x] > 0 and last_read[x] < t]
+            if not dead:
+                mem_cols.append(int(g))
+                mem_vals.append(float(mem[v]))
+                continue
+            d = new_col()
+            add_row([int(g), d], [1.0, -1.0], 0.0)     # dropped at t only if dropped in its gap
+            mem_cols.append(d)
+            mem_vals.append(float(mem[v]))
+            for w in dead:
+                res, rec = need(w, 1)
+                add_row([res, rec, d], [1.0, 1.0, -1.0], 0.0)
+        # a coefficient above the excess plus every dead byte that may be counted against it is capped there
+        cap = E - sum(x for x in mem_vals if x < 0)
+        add_row(mem_cols, [min(x, cap) / E if x > 0 else x / E for x in mem_vals], 1.0)
+    if not rhs:
+        return None
+    new = n_cols - n_before
+    h.addVars(new, np.zeros(new), np.ones(new))
+    h.changeColsCost(new, np.arange(n_before, n_cols, dtype=np.int32), np.asarray(extra_cost, dtype=np.float64))
+    A = sparse.csr_matrix((np.asarray(r_v), (np.asarray(r_i), np.asarray(r_j))), shape=(len(rhs), n_cols))
+    status = h.addRows(len(rhs), np.asarray(rhs), np.full(len(rhs), highspy.kHighsInf), A.nnz,
+                       A.indptr[:-1].astype(np.int32), A.indices.astype(np.int32), A.data)
+    if status == highspy.HighsStatus.kError:
+        raise SolverError("HiGHS rejected the closure rows")
+    if deadline is not None:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return None
+        h.setOptionValue("time_limit", h.getRunTime() + left)
+    h.run()
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        return None
+    # the Lagrangian of the whole LP at its duals: valid for any multipliers >= 0, whatever the tolerances
+    lp = h.getLp()
+    mat = lp.a_matrix_
+    A = sparse.csc_matrix((np.asarray(mat.value_), np.asarray(mat.index_), np.asarray(mat.start_)),
+                          shape=(lp.num_row_, lp.num_col_))
+    y = np.maximum(np.asarray(h.getSolution().row_dual, dtype=np.float64), 0.0)
+    reduced = np.asarray(lp.col_cost_, dtype=np.float64) - A.T @ y
+    return float(y @ np.asarray(lp.row_lower_, dtype=np.float64) + np.minimum(reduced, 0.0).sum())
