@@ -61,7 +61,7 @@ costing ``cost[w]``, at least every ``q[w, t]``) may serve every row:
     r[w, t] + q[w, t] >= d[v, t]   (w a dead input of v),
     r[x, t] + q[x, t] >= q[w, t]   (x a dead input of w),   T[w] >= q[w, t].
 
-These *closure rows* are added, in rounds of eight, to the rows with the
+These *closure rows* are added, two rows a round, to the rows with the
 largest duals of the cutting-plane LP, which is then solved again from its
 basis; inputs are followed back at most :data:`_CLOSURE_DEPTH` levels (a
 shallower closure leaves requirements out, so it is still a relaxation).
@@ -407,10 +407,10 @@ def _cutting_planes(rows: _Rows, knap: np.ndarray, total: float, deadline: float
 #: Rows strengthened by :func:`_closure_lp` (those with the largest duals in the cutting-plane LP).
 _CLOSURE_ROWS = 64
 #: Rows strengthened per round; rounds stop when one raises the bound by less than :data:`_CLOSURE_GAIN`.
-_CLOSURE_ROUND = 8
+_CLOSURE_ROUND = 2
 _CLOSURE_GAIN = 1e-3
 #: Levels of inputs followed back from a dropped value (deeper requirements are left out: a relaxation).
-_CLOSURE_DEPTH = 8
+_CLOSURE_DEPTH = 3
 
 
 def _closure_lp(graph: Graph, rows: _Rows, h, lp_rows: np.ndarray, pi: np.ndarray, knap: np.ndarray,
