@@ -155,8 +155,11 @@ def _exact(method: str, graph: Graph, budget_bytes: int, options: dict[str, Any]
 
 #: How much longer a computation of these heuristics takes than one of the default heuristic, for their
 #: caps: their walks over evicted values grow with the evicted set (on LSTM_512 at tight budgets, about 60x
-#: for h_dtr's neighbourhood and 25x for msps's ancestors).
-_DTR_SLOWDOWN = {"h_dtr": 60.0, "msps": 30.0}
+#: for h_dtr's neighbourhood and up to 25x for msps's ancestors, 4x at half the activation memory). msps's
+#: factor is below its worst case so that its run fits a 10 s limit at half the memory of LSTM_512 on a
+#: loaded machine; its run has no keep_dead rerun (:func:`_other_dtr_heuristics`), so at its worst it takes
+#: 25/16 of its half of the time left.
+_DTR_SLOWDOWN = {"h_dtr": 60.0, "msps": 16.0}
 #: The computation cap (a multiple of the node count) of auto's first DTR run, before a run's time per
 #: computation is known: a run that needs more is thrashing at that budget.
 _FIRST_DTR_COMPUTE_FACTOR = 10.0
@@ -204,7 +207,8 @@ def _other_dtr_heuristics(best: _Best, graph: Graph, budget_bytes: int, left: An
     for heuristic in order:
         if heuristic in (DEFAULT_HEURISTIC, "random"):
             continue
-        _dtr_within(best, graph, budget_bytes, left, f"dtr({heuristic})", heuristic=heuristic)
+        # no keep_dead rerun on failure here: _keep_dead_runs runs those later, each with its own cap
+        _dtr_within(best, graph, budget_bytes, left, f"dtr({heuristic})", heuristic=heuristic, keep_dead=False)
 
 
 def _smallest_dtr_budget(best: _Best, graph: Graph, budget_bytes: int, left: Any) -> None:
