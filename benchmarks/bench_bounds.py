@@ -3,17 +3,18 @@
 Two parts, budgets 0.9 / 0.7 / 0.5 / 0.3 of activation memory (``remat_core.units.resolve_budget``):
 
 * small graphs where ``ilp`` proves the optimum (within ``--limit`` seconds): each bound over the optimum:
-  the sum of the node costs, the best single row (fractional knapsack), the cut LP of ``remat_core.bounds``,
-  and the Checkmate LP relaxation (the lower bound of ``lp-rounding``, the full LP over the MILP's n^2
-  variables);
-* the eight shared DTR graphs: the cut LP's bound over the sum of the costs, its time and the peak RSS of the
-  process that computes it (a child per graph: interpreter, graph and the four bounds; its VmHWM), and the cheapest
-  schedule known (``dtr``; at 0.5 also ``auto`` with 30 s) over the bound.
+  the sum of the node costs, the best single row (fractional knapsack), the cut LP of ``remat_core.bounds``
+  without and with its closure rows (``closure=False`` / the default), and the Checkmate LP relaxation (the
+  lower bound of ``lp-rounding``, the full LP over the MILP's n^2 variables);
+* the eight shared DTR graphs: the bound over the sum of the costs (without and with the closure rows), its
+  time and the peak RSS of the process that computes it (a child per graph: interpreter, graph and the bounds;
+  its VmHWM), and the cheapest schedule known (``dtr``; at 0.5 also ``auto`` with 30 s) over the bound.
 
 Writes ``results/bounds.json`` and the README section "bounds".
 
     nice -n 5 prlimit --as=6000000000 .venv/bin/python benchmarks/bench_bounds.py
-    .venv/bin/python benchmarks/bench_bounds.py --shared-only   # the shared graphs again, the small rows kept
+    .venv/bin/python benchmarks/bench_bounds.py --shared-only   # the shared graphs again; the small graphs'
+                                                                 # optima kept, their bounds computed again
     .venv/bin/python benchmarks/bench_bounds.py --report-only
 """
 
@@ -66,15 +67,23 @@ def small_rows(limit: float) -> list[dict]:
             row = dict(graph=name, n=g.n, fraction=f, ilp_status=ilp.status.value, ilp_s=ilp_s,
                        optimum=ilp.objective if ilp.status is SolveStatus.OPTIMAL else None)
             if row["optimum"] is not None:
-                bound = cost_lower_bound(g, b)
+                row.update(small_bounds(g, b))
                 t0 = time.perf_counter()
                 lp = solve(g, b, method="lp-rounding", time_limit_s=limit)
-                row.update(sum_cost=bound.sum_cost, knapsack=bound.knapsack, cut_lp=bound.value,
-                           cut_lp_s=bound.time_s, cut_method=bound.method,
-                           checkmate_lp=lp.lower_bound, checkmate_lp_s=time.perf_counter() - t0)
+                row.update(checkmate_lp=lp.lower_bound, checkmate_lp_s=time.perf_counter() - t0)
             rows.append(row)
             print(json.dumps(row), flush=True)
     return rows
+
+
+def small_bounds(g, b) -> dict:
+    """The bound without and with the closure rows, for a small graph's row."""
+    from remat_core.bounds import cost_lower_bound
+
+    cuts = cost_lower_bound(g, b, closure=False)
+    bound = cost_lower_bound(g, b)
+    return dict(sum_cost=bound.sum_cost, knapsack=bound.knapsack, cut_lp=cuts.value, closure_lp=bound.value,
+                cut_lp_s=bound.time_s, cut_method=bound.method)
 
 
 def child(path: str, out_path: str) -> None:
@@ -86,9 +95,11 @@ def child(path: str, out_path: str) -> None:
     g = load_dtr_dag(path)
     out = {"n": g.n, "bounds": {}}
     for f in FRACTIONS:
+        cuts = cost_lower_bound(g, resolve_budget(g, f), closure=False)
         r = cost_lower_bound(g, resolve_budget(g, f))
         out["bounds"][str(f)] = dict(value=r.value, sum_cost=r.sum_cost, knapsack=r.knapsack, method=r.method,
-                                     rows=r.rows, cuts=r.cuts, converged=r.converged, time_s=r.time_s)
+                                     rows=r.rows, cuts=r.cuts, converged=r.converged, time_s=r.time_s,
+                                     cut_value=cuts.value, cut_time_s=cuts.time_s)
     with open("/proc/self/status") as fh:   # this process's own peak (ru_maxrss would include the parent's at fork)
         out["vm_hwm_mib"] = next(int(line.split()[1]) / 1024 for line in fh if line.startswith("VmHWM:"))
     with open(out_path, "w") as fh:
@@ -138,11 +149,13 @@ def render(rows: list[dict], meta: dict) -> str:
     large = [r for r in rows if r.get("part") == "large"]
     out = ["## bounds: a lower bound on schedule cost at every size (issue 26)", "",
            f"`{meta['command']}` on {meta['machine']}; a shared machine, loaded by other work: times are "
-           "indicative." + (f" The small graphs' rows come from `{meta['small_rows_from']}`."
+           "indicative." + (f" The small graphs' optima and Checkmate LP values come from "
+                            f"`{meta['small_rows_from']}`; their other bounds are this run's."
                             if meta.get("small_rows_from") else ""), "",
            "**Small graphs, each bound over the optimum that `ilp` proved** (1.000 = the bound is the optimum). "
            "*sum*: the sum of the node costs; *knapsack*: the best single stage row of the relaxation; "
-           "*cut LP*: `remat_core.bounds.cost_lower_bound`; *Checkmate LP*: the LP relaxation of the MILP "
+           "*cut LP*: `remat_core.bounds.cost_lower_bound(..., closure=False)`; *closure*: the same with its "
+           "closure rows (the default; docs/large_graphs.rst); *Checkmate LP*: the LP relaxation of the MILP "
            f"(`lp-rounding`'s lower bound). Rows where `ilp` did not prove the optimum within {meta['limit']:g} s "
            "are left out.", ""]
     body = []
@@ -151,33 +164,38 @@ def render(rows: list[dict], meta: dict) -> str:
             continue
         opt = r["optimum"]
         body.append([r["graph"], r["n"], r["fraction"], f"{opt:.6g}", _x(r["sum_cost"], opt), _x(r["knapsack"], opt),
-                     _x(r["cut_lp"], opt), _x(r["checkmate_lp"], opt), f"{r['cut_lp_s']:.3f}",
-                     f"{r['checkmate_lp_s']:.1f}"])
-    out.append(table(["graph", "nodes", "budget", "optimum", "sum", "knapsack", "cut LP", "Checkmate LP",
-                      "cut LP s", "lp-rounding s"], body))
+                     _x(r["cut_lp"], opt), _x(r.get("closure_lp"), opt), _x(r["checkmate_lp"], opt),
+                     f"{r['cut_lp_s']:.3f}", f"{r['checkmate_lp_s']:.1f}"])
+    out.append(table(["graph", "nodes", "budget", "optimum", "sum", "knapsack", "cut LP", "closure",
+                      "Checkmate LP", "bound s", "lp-rounding s"], body))
     for status, what in (("infeasible", "`ilp` proves that no schedule fits"),
                          (None, f"not proven within {meta['limit']:g} s")):
         left_out = [f"{r['graph']} @{r['fraction']}" for r in small if r.get("optimum") is None
                     and (r["ilp_status"] == "infeasible") == (status == "infeasible")]
         if left_out:
             out += ["", f"Left out, {what}: " + ", ".join(left_out) + "."]
-    out += ["", "**The eight shared graphs**: the cut LP's bound over the sum of the node costs, its rows (stages "
-            "that must drop memory) and the rows it needed (cuts), its time, the peak RSS of the process computing "
-            "the four bounds of the graph, and the cheapest schedule known over the bound (`dtr`; at 0.5 also "
+    out += ["", "**The eight shared graphs**: the bound over the sum of the node costs without the closure rows "
+            "(*cut LP*) and with them (*closure*, the bound the other columns divide by), the cutting-plane LP's "
+            "rows (stages that must drop memory) and the rows it needed (cuts), the time of the bound with the "
+            "closure rows, the peak RSS of the process computing "
+            "the bounds of the graph, and the cheapest schedule known over the bound (`dtr`; at 0.5 also "
             f"`auto` with {AUTO_LIMIT_S:g} s). *infeasible*: no schedule found.", ""]
     body = []
     for r in large:
         if "value" not in r:
-            body.append([r["graph"], "-", "-", r.get("status", ""), "", "", "", "", "", "", ""])
+            body.append([r["graph"], "-", "-", r.get("status", ""), "", "", "", "", "", "", "", ""])
             continue
         best = [v for v in (r.get("dtr"), r.get("auto")) if v is not None]
         auto = "" if r["fraction"] != 0.5 else (
             f"{r['auto'] / r['value']:.3f} ({r['auto_chosen']})" if r.get("auto") is not None else "infeasible")
-        body.append([r["graph"], r["n"], r["fraction"], f"{r['value'] / r['sum_cost']:.4f}",
+        body.append([r["graph"], r["n"], r["fraction"],
+                     f"{r['cut_value'] / r['sum_cost']:.4f}" if "cut_value" in r else "-",
+                     f"{r['value'] / r['sum_cost']:.4f}",
                      f"{r['knapsack'] / r['sum_cost']:.4f}", f"{r['cuts']}/{r['rows']}", f"{r['time_s']:.2f}",
                      f"{r['peak_rss_mib']:.0f}", _x(r.get("dtr"), r["value"]) if r.get("dtr") else "infeasible",
                      auto, _x(min(best), r["value"]) if best else "-"])
-    out.append(table(["graph", "nodes", "budget", "cut LP / sum", "knapsack / sum", "cuts/rows", "bound s",
+    out.append(table(["graph", "nodes", "budget", "cut LP / sum", "closure / sum", "knapsack / sum", "cuts/rows",
+                      "bound s",
                       "peak RSS MiB", "dtr / bound", f"auto {AUTO_LIMIT_S:g} s / bound", "best / bound"], body))
     out += ["", "Reading the tables: see `docs/large_graphs.rst` (section *A lower bound at every size*) for what the "
             "relaxation drops. *bound s* of a graph's first budget includes importing HiGHS. Where *best / bound* "
@@ -203,7 +221,14 @@ def main() -> None:
         with open(os.path.join(RESULTS, "bounds.json")) as fh:
             old = json.load(fh)
         rows = [r for r in old["rows"] if r.get("part") == "small"]
-        meta.update(limit=old["meta"]["limit"], small_rows_from=f"{old['meta']['command']} ({old['meta']['machine']})")
+        for r in rows:   # the optima and the Checkmate LP stand; the bounds are this code's
+            if r.get("optimum") is not None:
+                from remat_core.units import resolve_budget
+
+                g = small_graph(r["graph"])
+                r.update(small_bounds(g, resolve_budget(g, r["fraction"])))
+        meta.update(limit=old["meta"]["limit"], small_rows_from=old["meta"].get("small_rows_from")
+                    or f"{old['meta']['command']} ({old['meta']['machine']})")
     else:
         rows = [dict(r, part="small") for r in small_rows(args.limit)]
     if not args.quick:

@@ -218,7 +218,7 @@ def plot(rows: list[dict], path: str) -> None:
         for label in sorted(series, key=lambda x: (x.startswith("auto"), x)):
             pts = sorted(series[label])
             st = style.get(label, dict(marker="o", ls="-", mfc="none", ms=9,
-                                       color="tab:blue" if label.endswith(" 10 s") else "tab:purple"))
+                                       color={"auto 10 s": "tab:blue", "auto 60 s": "tab:purple"}.get(label, "tab:red")))
             ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label, **st)
         ax.set_title(f"{gname} ({rs[0].get('n', '')} nodes)", fontsize=9)
         ax.set_xlabel("budget (fraction of activation memory)", fontsize=7)
