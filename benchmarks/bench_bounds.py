@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -53,7 +52,6 @@ def small_graph(name: str):
 
 def small_rows(limit: float) -> list[dict]:
     from remat_core import SolveStatus, solve
-    from remat_core.bounds import cost_lower_bound
     from remat_core.units import resolve_budget
 
     rows = []
