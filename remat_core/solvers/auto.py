@@ -211,6 +211,36 @@ def _other_dtr_heuristics(best: _Best, graph: Graph, budget_bytes: int, left: An
         _dtr_within(best, graph, budget_bytes, left, f"dtr({heuristic})", heuristic=heuristic, keep_dead=False)
 
 
+def _dtr_rescue(best: _Best, graph: Graph, budget_bytes: int, left: Any) -> None:
+    """Where nothing fits yet: msps again, the heuristic that reaches the smallest budgets on most graphs
+    (benchmarks/README.md, section dtr), with a cap from the time left. Its earlier cap came from an estimate
+    (the first run's time per computation, which a load spike can inflate several times over, times
+    :data:`_DTR_SLOWDOWN`), so it may have been skipped or stopped; when it ran, its own time per computation
+    sizes the cap now."""
+    from . import _METHODS
+
+    remaining = left()
+    if "dtr" not in _METHODS or best.result is not None or remaining is None:
+        return
+    ref = best.tried.get("dtr(msps)", {})
+    if ref.get("computations") and "time_s" in ref:
+        per = max(ref["time_s"], 5e-4) / ref["computations"]
+        done = ref["computations"] / graph.n
+    else:
+        first = best.tried.get("dtr", {})
+        if not (first.get("computations") and "time_s" in first):
+            return
+        per = max(first["time_s"], 5e-4) / first["computations"] * _DTR_SLOWDOWN["msps"]
+        done = 0.0
+    cap = min(0.8 * remaining / max(per * graph.n, 1e-9), 50.0)
+    if cap < max(1.2, 1.2 * done):
+        return   # not enough time to go meaningfully further than the run that failed
+    res = _run("dtr", graph, budget_bytes, find_min_budget=False, max_compute_factor=cap, heuristic="msps",
+               keep_dead=False)
+    if res is not None:
+        best.offer("dtr(msps, rescue)", res)
+
+
 def _smallest_dtr_budget(best: _Best, graph: Graph, budget_bytes: int, left: Any) -> None:
     """Where nothing fits: the smallest budget at which DTR's default run succeeds (its bisection, about a dozen
     runs), to report with the result, while time allows."""
@@ -443,6 +473,8 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
                 best.offer(name, res)
         _keep_dead_runs(best, graph, budget_bytes, deadline, sim_s, left)
 
+    if path == "large":
+        _dtr_rescue(best, graph, budget_bytes, left)
     _polish(best, graph, budget_bytes, deadline, sim_s)
     stats: dict[str, Any] = {"path": path, "tried": best.tried, "chosen": best.method,
                              "estimated_nonzeros": estimate_milp_size(graph).nonzeros}
