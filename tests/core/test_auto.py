@@ -119,6 +119,20 @@ def test_lstm_at_half_its_activation_memory_gets_a_schedule_within_a_short_limit
     assert res.success and res.peak_memory_bytes <= budget
 
 
+def test_the_exact_paths_use_the_time_their_child_runs():
+    """While ilp or lp-rounding runs in its child, this process computes the relaxation's bound and runs DTR's
+    other heuristics: the bound reported is at least the relaxation's, and those runs are in ``tried``."""
+    from remat_core.bounds import cost_lower_bound
+
+    g = random_training_graph(12, max_width=3, seed=0)
+    budget = resolve_budget(g, 0.5)
+    res = solve(g, budget, method="auto", time_limit_s=5)
+    assert res.stats["path"] in ("ilp", "lp-rounding") and res.success
+    assert res.stats["tried"]["bound"]["status"] in ("lp-closure", "lp-cuts", "knapsack", "sum")
+    assert "dtr(msps)" in res.stats["tried"]
+    assert res.lower_bound >= cost_lower_bound(g, budget).value * (1 - 1e-6) or res.status is SolveStatus.OPTIMAL
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="shared DTR graphs not present")
 def test_a_skipped_msps_run_is_tried_again_while_nothing_fits(monkeypatch):
