@@ -146,7 +146,10 @@ def _load_line(meta: dict) -> str:
 
 def render(rows: list[dict], meta: dict) -> str:
     by_key: dict = {}
-    for r in rows:
+    # graphs by size, shared ones first, then budgets from the largest to the smallest found
+    order = {g: (g.startswith("random-"), n) for g, n in ((r["graph"], r.get("n") or 0) for r in rows)}
+    frac_key = lambda f: -1.0 if f == "min" else f  # noqa: E731
+    for r in sorted(rows, key=lambda r: (order[r["graph"]], r["graph"], -frac_key(r["fraction"]))):
         by_key.setdefault((r["graph"], r["fraction"]), {})[(r["method"], r["limit"])] = r
     limits = sorted({r["limit"] for r in rows if r["method"] == "auto"})
     head = ["graph", "nodes", "budget"]
@@ -164,6 +167,9 @@ def render(rows: list[dict], meta: dict) -> str:
         row = [graph, n, frac if frac != "min" else f"smallest found ({first.get('budget_fraction', 0):.3f})"]
         for lim in limits:
             a = d.get(("auto", lim), {})
+            if not a:   # not measured at this budget with this limit
+                row += ["", "", "", ""]
+                continue
             ratio = a["cost"] / a["bound"] if a.get("cost") and a.get("bound") else None
             row += [c(ratio) if ratio else a.get("status", "-"), f"{a.get('path')} ({a.get('chosen') or '-'})",
                     f"{a.get('wall_s', 0):.1f}", f"{a.get('peak_rss_mib', 0):.0f}"]
