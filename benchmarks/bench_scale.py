@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pickle
 import resource
 import subprocess
 import sys
@@ -179,7 +178,7 @@ def render(rows: list[dict], meta: dict) -> str:
         row += [f"{c(b.get('cost'))} ({b.get('chosen')})" if b.get("cost") else b.get("status", "-"),
                 c(t.get("cost")) if t.get("cost") else t.get("status", "-")]
         out.append(row)
-    text = [f"## scale: auto on large graphs (issue 26)", "",
+    text = ["## scale: auto on large graphs (issue 26)", "",
             f"Measured on {meta['machine']}; `{meta['command']}`; {meta['scope']}. {_load_line(meta)}",
             "",
             "*cost/LB*: the cost of auto's schedule over the lower bound auto itself reports (the MILP's or LP's "
@@ -202,7 +201,8 @@ def plot(rows: list[dict], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    graphs = list(dict.fromkeys(r["graph"] for r in rows))
+    size = {r["graph"]: (r["graph"].startswith("random-"), r.get("n") or 0) for r in rows}
+    graphs = sorted(size, key=lambda g: (size[g], g))     # as in the table: shared graphs by size, then random
     cols = 5
     fig, axes = plt.subplots((len(graphs) + cols - 1) // cols, cols, figsize=(3.2 * cols, 2.8 * ((len(graphs) + cols - 1) // cols)),
                              squeeze=False)
@@ -220,13 +220,22 @@ def plot(rows: list[dict], path: str) -> None:
                 series["lower bound"] = sorted(bound.items())
         style = {"baselines": dict(marker="s", ls=":", color="tab:orange"), "dtr": dict(marker="x", ls="--", color="tab:green"),
                  "lower bound": dict(marker="_", ls="-", color="black", lw=0.8)}
-        # auto last, with open circles, so that it shows where it equals dtr
+        # auto last, with open circles, so that it shows where it equals dtr; the longer limits were measured at
+        # a few budgets only: markers without lines, so that no line suggests the budgets between
         for label in sorted(series, key=lambda x: (x.startswith("auto"), x)):
             pts = sorted(series[label])
-            st = style.get(label, dict(marker="o", ls="-", mfc="none", ms=9,
+            st = style.get(label, dict(marker="o", ls="-" if label == "auto 10 s" else "none", mfc="none",
+                                       ms={"auto 10 s": 9, "auto 60 s": 12}.get(label, 15),
                                        color={"auto 10 s": "tab:blue", "auto 60 s": "tab:purple"}.get(label, "tab:red")))
             ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label, **st)
-        ax.set_title(f"{gname} ({rs[0].get('n', '')} nodes)", fontsize=9)
+        # a baseline far above the rest would flatten every other line: the axis stops above the others
+        rest = [c for label, pts in series.items() if label != "baselines" for _, c in pts]
+        top = 1.15 * max(rest) if rest else None
+        off = top is not None and any(c > top for _, c in series.get("baselines", []))
+        if off:
+            ax.set_ylim(bottom=0.98 * min(rest), top=top)
+        ax.set_title(f"{gname} ({rs[0].get('n', '')} nodes)" + ("\nsome baselines above the axis" if off else ""),
+                     fontsize=9)
         ax.set_xlabel("budget (fraction of activation memory)", fontsize=7)
         ax.set_ylabel("cost / sum of node costs", fontsize=7)
         ax.invert_xaxis()
