@@ -179,7 +179,14 @@ def render(rows: list[dict], meta: dict) -> str:
                 c(t.get("cost")) if t.get("cost") else t.get("status", "-")]
         out.append(row)
     text = ["## scale: auto on large graphs (issue 26)", "",
-            f"Measured on {meta['machine']}; `{meta['command']}`; {meta['scope']}. {_load_line(meta)}",
+            (f"Measured on {meta['machine']}; `{meta['command']}`; {meta['scope']}. {_load_line(meta)}"
+             if "runs" not in meta else
+             "Measured in these runs, each row from the last run that measured it (one-minute load averages at "
+             "the start and end of each run, on 2 cores: wall times are upper bounds, and a solve given more of "
+             "the machine may find more within the same limit):\n\n"
+             + "\n".join(f"* `{m['command']}` ({m['machine']}; load {m.get('load', ['?', '?'])[0]} / "
+                         f"{m.get('load', ['?', '?'])[1]})" for m in meta["runs"])
+             + (f"\n\n{meta['note']}" if meta.get("note") else "")),
             "",
             "*cost/LB*: the cost of auto's schedule over the lower bound auto itself reports (the MILP's or LP's "
             "on the `ilp` and `lp-rounding` paths; on the large path the relaxation of `remat_core.bounds`, "
@@ -190,7 +197,7 @@ def render(rows: list[dict], meta: dict) -> str:
             "2 to 4 s here, are not in it). "
             "*RSS MiB*: peak resident memory of the solve's process and its children. *best baseline*: the "
             "cheapest of the heuristics other than dtr at that budget; *dtr*: `method='dtr'`. Plot: "
-            "`results/scale.png` (cost over the bound against the budget, one panel per graph).", "",
+            "`results/scale.png` (each method's cost and the lower bound over the sum of the node costs, against the budget; one panel per graph).", "",
             table(head, out)]
     return "\n".join(text)
 
@@ -365,6 +372,7 @@ def main() -> None:
         rows = [r for r in old["rows"] if key(r) not in new_keys] + rows
         runs = old["meta"].get("runs", [old["meta"]]) + [meta]
         meta = {"machine": meta["machine"], "command": "; ".join(f"`{m['command']}`" for m in runs).strip("`"),
+                **({"note": old["meta"]["note"]} if old["meta"].get("note") else {}),
                 "scope": "; ".join(m["scope"] for m in runs), "runs": runs,
                 "load": [min(m.get("load", [0, 0])[0] for m in runs), max(m.get("load", [0, 0])[1] for m in runs)]}
     save_json("scale", {"meta": meta, "rows": rows})
