@@ -177,6 +177,11 @@ class _Rows:
         self.p_lo = np.searchsorted(self.stages, self.lo, side="left")
         self.p_hi = np.searchsorted(self.stages, self.hi, side="right")
 
+    @property
+    def cost_scale(self) -> float:
+        """The unit the LPs count costs in (the largest cost of a gap; 1 if there is none)."""
+        return float(self.c.max()) if len(self.c) and self.c.max() > 0 else 1.0
+
     def build(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Rows ``rows`` (sorted positions into :attr:`stages`) as COO ``(row position in rows, gap, coefficient)``."""
         q_lo = np.searchsorted(rows, self.p_lo, side="left")
@@ -263,7 +268,8 @@ def cost_lower_bound(graph: Graph, budget_bytes: int, time_limit_s: float | None
     Raises
     ------
     ValueError
-        If ``budget_bytes``, ``time_limit_s`` or ``max_nonzeros`` is not a valid number.
+        If ``budget_bytes``, ``time_limit_s`` or ``max_nonzeros`` is not a valid number, or ``closure``
+        not a bool.
 
     Examples
     --------
@@ -282,6 +288,8 @@ def cost_lower_bound(graph: Graph, budget_bytes: int, time_limit_s: float | None
         raise ValueError(f"`time_limit_s` must be a number >= 0 or None; got {time_limit_s!r}")
     if isinstance(max_nonzeros, bool) or not isinstance(max_nonzeros, (int, np.integer)) or max_nonzeros < 1:
         raise ValueError(f"`max_nonzeros` must be a positive integer; got {max_nonzeros!r}")
+    if not isinstance(closure, (bool, np.bool_)):
+        raise ValueError(f"`closure` must be True or False; got {closure!r}")
     deadline = None if time_limit_s is None else start + float(time_limit_s)
     total = float(graph.cost.sum())
     rows = _Rows(graph, int(budget_bytes))
@@ -331,7 +339,7 @@ def _cutting_planes(rows: _Rows, knap: np.ndarray, total: float, deadline: float
     per_round = int(rows_per_round) if rows_per_round else max(50, min(200, n_rows // 8))
     # scaled units: each row divided by its excess (right-hand side 1, coefficients in (0, 1]), costs by the
     # largest cost in the program
-    c_scale = float(rows.c.max()) if n_gaps and rows.c.max() > 0 else 1.0
+    c_scale = rows.cost_scale
     cost = rows.c / c_scale
     with native_output_silenced("stdout"):   # HiGHS prints a banner when made, before any option can stop it
         h = highspy.Highs()
@@ -424,8 +432,7 @@ def _closure_lp(graph: Graph, rows: _Rows, h, lp_rows: np.ndarray, pi: np.ndarra
     count = np.diff(user_ptr)
     last_read = np.full(graph.n, -1, dtype=np.int64)
     last_read[count > 0] = user_idx[user_ptr[1:][count > 0] - 1]
-    n_gaps = len(rows.a)
-    c_scale = float(rows.c.max()) if n_gaps and rows.c.max() > 0 else 1.0
+    c_scale = rows.cost_scale
     # rows to strengthen, in rounds: the largest duals first, then the strongest single rows
     order = np.lexsort((-knap[lp_rows], -pi))
     chosen = lp_rows[order][pi[order] > 0][:_CLOSURE_ROWS]
@@ -440,10 +447,10 @@ def _closure_lp(graph: Graph, rows: _Rows, h, lp_rows: np.ndarray, pi: np.ndarra
                              dep_idx, last_read, deadline, max_nonzeros)
         if got is None:
             break
-        if value is not None and got * c_scale <= value * (1 + _CLOSURE_GAIN):
-            value = max(value, got * c_scale)
-            break
+        gained = value is None or got * c_scale > value * (1 + _CLOSURE_GAIN)
         value = got * c_scale if value is None else max(value, got * c_scale)
+        if not gained:
+            break
     return value
 
 

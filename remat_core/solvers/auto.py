@@ -165,6 +165,15 @@ _DTR_SLOWDOWN = {"h_dtr": 60.0, "msps": 16.0}
 _FIRST_DTR_COMPUTE_FACTOR = 10.0
 
 
+def _seconds_per_computation(best: _Best, name: str, slowdown: float = 1.0) -> float | None:
+    """A DTR run's time per computation as recorded in ``best.tried[name]`` (times ``slowdown``), or ``None``
+    if that run did not happen (time_s is rounded to ms: at least 0.5 ms)."""
+    ref = best.tried.get(name, {})
+    if not (ref.get("computations") and "time_s" in ref):
+        return None
+    return max(ref["time_s"], 5e-4) / ref["computations"] * slowdown
+
+
 def _dtr_within(best: _Best, graph: Graph, budget_bytes: int, left: Any, name: str,
                 **options: Any) -> RematResult | None:
     """One DTR run that cannot outlast the time left: its computation cap is set from the time a computation
@@ -174,11 +183,9 @@ def _dtr_within(best: _Best, graph: Graph, budget_bytes: int, left: Any, name: s
     remaining = left()
     cap = None
     if remaining is not None:
-        ref = best.tried.get("dtr", {})
-        if ref.get("computations") and "time_s" in ref:   # time_s is rounded to ms: at least 0.5 ms
-            per = max(ref["time_s"], 5e-4) / ref["computations"]
-            per *= _DTR_SLOWDOWN.get(options.get("heuristic", ""), 1.0)
-            # at most the time left, shared by the run and the keep_dead rerun that follows a failure
+        per = _seconds_per_computation(best, "dtr", _DTR_SLOWDOWN.get(options.get("heuristic", ""), 1.0))
+        if per is not None:
+            # half the time left: the time per computation is a rough estimate from another run
             cap = 0.5 * remaining / max(per * graph.n, 1e-9)
         else:   # the first run: a computation costs far less than a simulation step of the dense schedule
             cap = _FIRST_DTR_COMPUTE_FACTOR if remaining > 0.5 and options.get("heuristic") not in _DTR_SLOWDOWN else 0.0
@@ -222,16 +229,12 @@ def _dtr_rescue(best: _Best, graph: Graph, budget_bytes: int, left: Any) -> None
     remaining = left()
     if "dtr" not in _METHODS or best.result is not None or remaining is None:
         return
-    ref = best.tried.get("dtr(msps)", {})
-    if ref.get("computations") and "time_s" in ref:
-        per = max(ref["time_s"], 5e-4) / ref["computations"]
-        done = ref["computations"] / graph.n
-    else:
-        first = best.tried.get("dtr", {})
-        if not (first.get("computations") and "time_s" in first):
-            return
-        per = max(first["time_s"], 5e-4) / first["computations"] * _DTR_SLOWDOWN["msps"]
-        done = 0.0
+    per = _seconds_per_computation(best, "dtr(msps)")
+    done = best.tried["dtr(msps)"]["computations"] / graph.n if per is not None else 0.0
+    if per is None:
+        per = _seconds_per_computation(best, "dtr", _DTR_SLOWDOWN["msps"])
+    if per is None:
+        return
     cap = min(0.8 * remaining / max(per * graph.n, 1e-9), 50.0)
     if cap < max(1.2, 1.2 * done):
         return   # not enough time to go meaningfully further than the run that failed
@@ -425,6 +428,9 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
             best.offer(name, res)
     cost_floor = float(np.sum(graph.cost))   # every node is computed at least once
     best.lower_bound = cost_floor if best.lower_bound is None else max(best.lower_bound, cost_floor)
+    # solve() re-simulates the result after this returns: keep that time back too
+    deadline = None if time_limit_s is None else (
+        start + (1 - _RESERVE_SHARE) * float(time_limit_s) - _RESERVE_S - 2 * sim_s)
     if path == "large":   # no formulation runs there: the relaxation of remat_core.bounds gives the bound
         _relaxation_bound(best, graph, budget_bytes, time_limit_s, left)
     elif early is not None:
@@ -433,8 +439,7 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
         # budgets that neither the baselines nor the rounding reach (U-Net_6 at 0.21 of its activation memory)
         _relaxation_bound(best, graph, budget_bytes, time_limit_s, left)
         _other_dtr_heuristics(best, graph, budget_bytes, left)
-        _polish(best, graph, budget_bytes, start + (1 - _RESERVE_SHARE) * float(time_limit_s) - _RESERVE_S
-                - 2 * sim_s, sim_s)
+        _polish(best, graph, budget_bytes, deadline, sim_s)
 
     stopped = ""   # why the exact path gave no answer (its child was stopped at the limit)
     if path in ("ilp", "lp-rounding"):
@@ -451,11 +456,8 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
         else:
             best.tried[path] = {"status": "stopped", "message": why}
             stopped = why
-    if path != "large" and best.lower_bound <= cost_floor:   # the exact method was stopped before any bound
-        _relaxation_bound(best, graph, budget_bytes, time_limit_s, left)
-    # solve() re-simulates the result after this returns: keep that time back too
-    deadline = None if time_limit_s is None else (
-        start + (1 - _RESERVE_SHARE) * float(time_limit_s) - _RESERVE_S - 2 * sim_s)
+    if path != "large" and best.lower_bound <= cost_floor and "bound" not in best.tried:
+        _relaxation_bound(best, graph, budget_bytes, time_limit_s, left)   # the exact method gave no bound
     if deadline is not None:
         left = lambda: deadline - time.perf_counter()  # noqa: E731
     if path == "large":

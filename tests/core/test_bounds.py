@@ -228,6 +228,7 @@ def test_infeasible_and_generous_budgets():
 @pytest.mark.parametrize("kwargs, name", [
     (dict(budget_bytes=-1), "budget_bytes"), (dict(budget_bytes=1.5), "budget_bytes"),
     (dict(budget_bytes=10, time_limit_s=-1), "time_limit_s"), (dict(budget_bytes=10, max_nonzeros=0), "max_nonzeros"),
+    (dict(budget_bytes=10, closure="yes"), "closure"),
 ])
 def test_bad_arguments_are_named(kwargs, name):
     with pytest.raises(ValueError, match=name):
