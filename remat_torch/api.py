@@ -103,6 +103,7 @@ def graph_fingerprint(eg: ExtractedGraph) -> str:
     put(eg.buffer_names)
     put(eg.tangent_meta)
     put([str(t) for t in eg.input_requires_grad])
+    put([j is not None for j in eg.grad_slots])
     put(g.meta.get("input_shapes"))
     put(repr(eg.call.spec) if eg.call is not None else None)
     put(eg.call.template if eg.call is not None else None)
@@ -198,8 +199,9 @@ class RematModule(torch.nn.Module):
 
     A plan is specialized to what tracing saw; each call is checked against it
     and gets the plan made for it: the structure of the call and the shapes,
-    dtypes, devices and ``requires_grad`` flags of its tensors, the values of
-    its non-tensor arguments, the autocast setting, every submodule's
+    dtypes, devices and ``requires_grad`` flags of its tensors, which of the
+    model's parameters require grad (freezing or unfreezing a layer gets a
+    plan of its own), the values of its non-tensor arguments, the autocast setting, every submodule's
     ``training`` flag and plain attributes, and the values that tracing read
     from tensors (see :mod:`remat_torch.guards`). A call that matches no plan
     is traced and solved on first sight (a smaller last batch just works);
@@ -347,7 +349,7 @@ class RematModule(torch.nn.Module):
         device_type = tensors[0].device.type if tensors else "cpu"
         attrs = self._attr_snapshot.take()
         sig = _signature_key(call, tensors)
-        key = ("plan", sig, str(self._autocast_state(device_type)), hash(attrs))
+        key = ("plan", sig, _grad_flags(self.module), str(self._autocast_state(device_type)), hash(attrs))
         spec = self._lookup(key, tensors, attrs)
         if spec is None:
             if self._plans:
@@ -458,6 +460,12 @@ def _signature_key(call: CallSpec, tensors) -> tuple:
         spec_key = repr(call.spec)
     return (spec_key, call_signature(call.template), tuple(
         (tuple(t.shape), t.dtype, t.device, bool(t.requires_grad)) for t in tensors))
+
+
+def _grad_flags(module) -> tuple:
+    """Which parameters require grad: part of a plan's key, since the traced graph computes gradients only
+    for those (a parameter unfrozen after planning would otherwise silently get none)."""
+    return tuple(bool(p.requires_grad) for p in module.parameters())
 
 
 def _unflatten_outputs(eg: ExtractedGraph, flat):
@@ -775,7 +783,8 @@ def rematerialize(
     attrs = rm._attr_snapshot.take()
     first.attrs = attrs
     device_type = tensors[0].device.type if tensors else "cpu"
-    key = ("plan", _signature_key(call, tensors), str(rm._autocast_state(device_type)), hash(attrs))
+    key = ("plan", _signature_key(call, tensors), _grad_flags(model), str(rm._autocast_state(device_type)),
+           hash(attrs))
     rm._insert(key, first)
     object.__setattr__(rm, "_current", first)
     rm.solves = int(first.result.method != "loaded")

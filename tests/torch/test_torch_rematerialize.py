@@ -171,3 +171,49 @@ def test_chain_only_method_on_a_dag_is_a_clear_error():
     model, inputs = make_case("resnet")
     with pytest.raises(remat_core.GraphValidationError, match="linearized-sqrtn"):
         rematerialize(model, inputs, budget=0.8, method="chen-sqrtn", cost_model="unit")
+
+
+def _grads(model):
+    return {n: (None if p.grad is None else p.grad.clone()) for n, p in model.named_parameters()}
+
+
+def test_requires_grad_changes_after_planning_get_a_plan_of_their_own():
+    """Freezing, unfreezing and input ``requires_grad`` are part of a plan's key (issue 36): a parameter
+    frozen at planning time and unfrozen later gets eager's gradient, never a silent ``None``."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    ref = copy.deepcopy(net)
+    x = torch.randn(3, 4)
+    net[0].weight.requires_grad_(False)
+    rm = rematerialize(net, x, budget=1.0, method="checkpoint-all", cost_model="unit", granularity="module")
+
+    def both(x_needs_grad=False):
+        for p_r, p in zip(ref.parameters(), net.parameters()):
+            p_r.requires_grad_(p.requires_grad)
+            p.grad = p_r.grad = None
+        xs = [x.clone().requires_grad_(x_needs_grad) for _ in range(2)]
+        rm(xs[0]).pow(2).sum().backward()
+        ref(xs[1]).pow(2).sum().backward()
+        got, want = _grads(net), _grads(ref)
+        assert {k for k, g in got.items() if g is None} == {k for k, g in want.items() if g is None}
+        for k, g in want.items():
+            if g is not None:
+                torch.testing.assert_close(got[k], g)
+        if x_needs_grad:
+            torch.testing.assert_close(xs[0].grad, xs[1].grad)
+        else:
+            assert xs[0].grad is None
+
+    both()
+    assert net[0].weight.grad is None
+    net[0].weight.requires_grad_(True)  # unfrozen after planning
+    both()
+    assert net[0].weight.grad is not None and rm.num_plans == 2
+    net[2].requires_grad_(False)  # the other way round
+    both()
+    assert net[2].weight.grad is None and rm.num_plans == 3
+    both(x_needs_grad=True)  # an input that needs a gradient
+    assert rm.num_plans == 4
+    net[2].requires_grad_(True)
+    both()  # back to a flag set seen before: its plan is reused
+    assert rm.num_plans == 4
