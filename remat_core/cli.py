@@ -11,7 +11,9 @@ Sub-commands:
 * ``plot``: trade-off curves of a sweep file, R/S matrices or the memory
   timeline of a schedule.
 * ``methods``, ``zoo``: what is registered and what graphs ship.
-* ``demo``: the end-to-end job behind ``make demo`` (needs PyTorch).
+* ``demo``: the end-to-end job behind ``make demo``; it lives in
+  :mod:`remat_torch.demo` and comes in through the ``remat.cli_commands``
+  entry point (the core never imports an adapter).
 
 Graphs are named by a zoo name (``vgg16``, see ``remat zoo``), a JSON file
 (remat graph, zoo model or DTR format) or ``linear:N``. Budgets have one
@@ -45,7 +47,8 @@ from .errors import GraphValidationError, RematError
 from .graph import Graph
 from .units import format_bytes, min_budget_bytes, parse_bytes, resolve_budget
 
-__all__ = ["main", "build_parser", "load_graph_arg", "graph_factory_arg"]
+__all__ = ["main", "build_parser", "load_graph_arg", "graph_factory_arg", "check_out_dir", "CLIError",
+           "GRAPH_HELP", "BUDGET_HELP", "PLUGIN_GROUP"]
 
 log = logging.getLogger("remat_core.cli")
 
@@ -238,7 +241,7 @@ def _check_out_path(path: str | None, argument: str, plot: bool = False) -> None
         raise CLIError(f"`{argument}` must end in {', '.join(_PLOT_EXTENSIONS)}; got {path!r}")
 
 
-def _check_out_dir(path: str, argument: str) -> None:
+def check_out_dir(path: str, argument: str) -> None:
     """Create the output folder ``path`` (its parent must exist and be writable)."""
     if os.path.exists(path) and not os.path.isdir(path):
         raise CLIError(f"`{argument}` must be a folder; {path!r} is a file")
@@ -273,27 +276,6 @@ def _check_scheduler(scheduler: str | None, timeout_s: float = 5.0) -> None:
             pass
     except OSError as exc:
         raise CLIError(f"`--scheduler`: cannot reach {scheduler!r} ({exc.strerror or exc})") from None
-
-
-def _applicable(graph: Graph, methods: list[str]) -> tuple[list[str], list[str]]:
-    """Split ``methods`` into those that apply to ``graph`` and those that do not (chain-only ones on a DAG).
-
-    A method that does not apply raises :class:`GraphValidationError` before
-    looking at the budget, so a 1-byte probe tells without solving anything.
-    """
-    from .solvers import solve
-
-    ok, skipped = [], []
-    for m in methods:
-        try:
-            solve(graph, 1, method=m)
-        except GraphValidationError:
-            skipped.append(m)
-            continue
-        except Exception:  # the probe only looks for GraphValidationError; the real solve reports the rest
-            pass
-        ok.append(m)
-    return ok, skipped
 
 
 # ------------------------------------------------------------------ output
@@ -467,7 +449,7 @@ def _cmd_solve(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from .sweep import budget_grid, sweep
+    from .sweep import applicable_methods, budget_grid, sweep
 
     _check_out_path(args.out, "--out")
     _check_out_path(args.plot, "--plot", plot=True)
@@ -481,7 +463,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             raise CLIError("`--budgets` names no budget")
     else:
         budgets = budget_grid(graph, args.num)
-    methods, skipped = _applicable(graph, methods)
+    methods, skipped = applicable_methods(graph, methods)
     if skipped:
         print(f"remat: skipping {', '.join(skipped)}: chain-only, and {graph.name or 'the graph'} is not a chain",
               file=sys.stderr)
@@ -661,26 +643,10 @@ def _cmd_zoo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_demo(args: argparse.Namespace) -> int:
-    text = args.fraction.strip()
-    try:
-        args.fraction = float(text[:-1] if text.endswith("x") else text)
-    except ValueError:
-        raise CLIError(f"`--fraction` must be a fraction of activation memory such as 0.4; got {text!r}") from None
-    if not 0 < args.fraction <= 1:
-        raise CLIError(f"`--fraction` of activation memory must be in (0, 1]; got {text!r}")
-    _check_out_dir(args.out, "--out")
-    try:
-        from remat_torch.demo import run_demo  # the demo trains PyTorch models
-    except ImportError as exc:
-        raise CLIError(f"the demo needs PyTorch (pip install 'remat[torch]'): {exc}") from None
-    return run_demo(args)
-
-
 # ------------------------------------------------------------------ parser
-_GRAPH_HELP = ("a zoo name (vgg16, mobilenet, resnet50, unet, ...; see `remat zoo`), a JSON file "
+GRAPH_HELP = ("a zoo name (vgg16, mobilenet, resnet50, unet, ...; see `remat zoo`), a JSON file "
                "(remat graph, zoo model or DTR format) or linear:N")
-_BUDGET_HELP = ("total bytes or a size (123456, 512MiB, 1.5 GiB, 16GB), parameters included, or a fraction "
+BUDGET_HELP = ("total bytes or a size (123456, 512MiB, 1.5 GiB, 16GB), parameters included, or a fraction "
                 "of activation memory (0.6 or 0.6x)")
 
 
@@ -697,8 +663,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``remat`` command."""
+def build_parser(plugins: bool | Sequence[str] = True) -> argparse.ArgumentParser:
+    """The argument parser of the ``remat`` command.
+
+    ``plugins``: load every command of the ``remat.cli_commands`` entry points
+    (``True``) or only the named ones (:func:`main` loads the one it runs).
+    """
     verbose_help = "log progress on stderr (-vv: debug), and show solver output there"
     common = _Parser(add_help=False)
     common.add_argument("-v", "--verbose", action="count", default=0, help=verbose_help)
@@ -713,8 +683,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("solve", parents=[common], help="solve one graph at one budget",
                        description="Solve one graph at one budget with one method and print a summary "
                        "(--json: the RematResult as JSON). Exit status 1 if no schedule was found.")
-    s.add_argument("graph", help="graph: " + _GRAPH_HELP)
-    s.add_argument("budget", help="memory budget: " + _BUDGET_HELP)
+    s.add_argument("graph", help="graph: " + GRAPH_HELP)
+    s.add_argument("budget", help="memory budget: " + BUDGET_HELP)
     s.add_argument("--method", default="auto" if "auto" in _registered() else "ilp",
                    help="method name (see `remat methods`; default %(default)s)")
     s.add_argument("--batch-size", type=int, default=None, help="batch size for zoo models (default 1)")
@@ -730,9 +700,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Solve a graph at several budgets with several methods in parallel, print the "
                        "cost table and the approximation ratios. Methods that do not apply to the graph "
                        "(chain-only methods on a DAG) are skipped with one line on stderr.")
-    w.add_argument("graph", help="graph: " + _GRAPH_HELP)
+    w.add_argument("graph", help="graph: " + GRAPH_HELP)
     w.add_argument("--batch-size", type=int, default=None, help="batch size for zoo models (default 1)")
-    w.add_argument("--budgets", default=None, help="comma-separated budgets, each " + _BUDGET_HELP +
+    w.add_argument("--budgets", default=None, help="comma-separated budgets, each " + BUDGET_HELP +
                    " (default: --num budgets from the lower bound to checkpoint-all's peak)")
     w.add_argument("--num", type=int, default=8, help="number of budgets when --budgets is not given (default 8)")
     w.add_argument("--methods", default="all", help="comma-separated method names (default: all registered)")
@@ -770,7 +740,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "timeline GRAPH BUDGET: simulated memory over time for one or more methods.")
     pl.add_argument("kind", choices=["curves", "schedule", "timeline"], help="what to plot")
     pl.add_argument("source", help="sweep JSON-lines file (curves) or graph (schedule, timeline)")
-    pl.add_argument("budget", nargs="?", default=None, help="budget for schedule/timeline: " + _BUDGET_HELP)
+    pl.add_argument("budget", nargs="?", default=None, help="budget for schedule/timeline: " + BUDGET_HELP)
     pl.add_argument("-o", "--out", required=True, help="output file: .png, .svg or .pdf")
     pl.add_argument("--method", default="checkpoint-all", help="method(s), comma-separated for timeline")
     pl.add_argument("--batch-size", type=int, default=None, help="batch size for zoo models")
@@ -790,25 +760,54 @@ def build_parser() -> argparse.ArgumentParser:
     z.add_argument("--json", action="store_true", help="print the list as JSON")
     z.set_defaults(fn=_cmd_zoo)
 
-    d = sub.add_parser("demo", parents=[common], help="train models under a memory budget, sweep budgets, plot",
-                       description="The end-to-end job behind `make demo`: train a small transformer and a CNN "
-                       "for a few steps under a budget well below what they need without rematerialization, "
-                       "compare with torch.utils.checkpoint, sweep a zoo model's budgets from its lower bound "
-                       "and write the plots. Needs PyTorch.")
-    d.add_argument("--out", default="demo_out", help="output folder (default: demo_out)")
-    d.add_argument("--graph", default="unet", help="zoo graph of the budget sweep (default unet: the methods differ there): " + _GRAPH_HELP)
-    d.add_argument("--batch-size", type=int, default=32, help="batch size of the zoo graph (default 32)")
-    d.add_argument("--fraction", default="0.4",
-                   help="budget of the trained models as a fraction of their activation memory (default 0.4)")
-    d.add_argument("--steps", type=int, default=3, help="training steps per model (default 3)")
-    d.add_argument("--num", type=int, default=6, help="budgets in the sweep (default 6)")
-    d.add_argument("--time-limit", type=float, default=5.0, help="time_limit_s of each solve (default 5)")
-    d.add_argument("--workers", type=int, default=None, help="parallel workers of the sweep (default: CPU count)")
-    d.add_argument("--threads", type=int, default=1, help="torch threads for training (default 1: steady timings "
-                   "on a shared machine)")
-    d.add_argument("--no-progress", action="store_true", help="hide the progress bars")
-    d.set_defaults(fn=_cmd_demo)
+    _add_plugin_commands(sub, common, plugins)
     return p
+
+
+# Commands that live outside the core register here (``[project.entry-points."remat.cli_commands"]``):
+# ``name = "package.module:function"``, where ``function(subparsers, common)`` adds the command's parser and
+# sets its ``fn``. The core never imports an adapter; the demo (PyTorch) comes in this way.
+PLUGIN_GROUP = "remat.cli_commands"
+# what to install when a command the docs promise is not registered or cannot load
+_PLUGIN_HINTS = {"demo": "pip install 'remat[torch]' (the demo trains PyTorch models)"}
+
+
+def _plugin_entry_points() -> dict[str, Any]:
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=PLUGIN_GROUP)}
+
+
+def _add_unavailable_command(sub, common, name: str, why: str) -> None:
+    """A stand-in for a plugin command that cannot run here: it takes any arguments and says why."""
+
+    def fn(args: argparse.Namespace) -> int:
+        raise CLIError(f"`remat {name}` is not available: {why}")
+
+    fn.takes_any_arguments = True  # main() does not reject the arguments meant for the real command
+    p = sub.add_parser(name, parents=[common], help=f"(not available: {why})")
+    p.set_defaults(fn=fn)
+
+
+def _add_plugin_commands(sub, common, plugins: bool | Sequence[str]) -> None:
+    """Add the commands of the ``remat.cli_commands`` entry points.
+
+    ``plugins`` is ``True`` (load all), or the names to load; the others get a
+    stand-in parser, so that a core command does not pay for importing an
+    adapter (the demo's plugin imports torch).
+    """
+    found = _plugin_entry_points()
+    for name in sorted(set(found) | set(_PLUGIN_HINTS)):
+        hint = _PLUGIN_HINTS.get(name, "reinstall the package that provides it")
+        if name not in found:
+            _add_unavailable_command(sub, common, name, f"not installed; {hint}")
+        elif plugins is True or name in plugins:
+            try:
+                found[name].load()(sub, common)
+            except ImportError as exc:
+                _add_unavailable_command(sub, common, name, f"{exc}; {hint}")
+        else:
+            _add_unavailable_command(sub, common, name, "not loaded")
 
 
 def _registered() -> list[str]:
@@ -826,8 +825,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     Every error is one line on stderr (``remat: error: ...``) with exit status
     2; ``-v`` shows the traceback instead.
     """
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(plugins=True if command is None else [command])  # a core command loads no plugin
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not getattr(args.fn, "takes_any_arguments", False):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.verbose = args.verbose + args.verbose_top
     for name in ("batch_size", "workers", "num", "max_batch", "steps", "threads"):
         v = getattr(args, name, None)

@@ -36,7 +36,7 @@ from .graph import Graph
 from .simulate import checkpoint_all_peak_bytes
 from .solvers import get_method, solve, validate_budget
 
-__all__ = ["sweep", "SweepResult", "load_sweep", "budget_grid", "graph_key"]
+__all__ = ["sweep", "SweepResult", "load_sweep", "budget_grid", "graph_key", "applicable_methods"]
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,33 @@ def budget_grid(graph: Graph, num: int = 10, low: int | None = None, high: int |
     if num == 1:
         return [int(hi)]
     return sorted({int(round(x)) for x in np.linspace(lo, hi, int(num))})
+
+
+def applicable_methods(graph: Graph, methods: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Split ``methods`` into those that apply to ``graph`` and those that do not (chain-only ones on a DAG).
+
+    A method that does not apply raises :class:`GraphValidationError` before
+    looking at the budget, so a 1-byte probe tells without solving anything.
+
+    Examples
+    --------
+    >>> from remat_core.zoo import random_training_graph
+    >>> applicable_methods(random_training_graph(6, seed=0), ["checkpoint-all", "chen-sqrtn"])
+    (['checkpoint-all'], ['chen-sqrtn'])
+    """
+    from .errors import GraphValidationError
+
+    ok, skipped = [], []
+    for m in methods:
+        try:
+            solve(graph, 1, method=m)
+        except GraphValidationError:
+            skipped.append(m)
+            continue
+        except Exception:  # the probe only looks for GraphValidationError; the real solve reports the rest
+            pass
+        ok.append(m)
+    return ok, skipped
 
 
 def _options_key(options: Mapping[str, Any]) -> str:

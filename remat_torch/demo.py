@@ -40,7 +40,7 @@ from . import BudgetInfeasibleError, rematerialize
 from .meter import AllocatorMeter
 from .models import TransformerLM, mid_cnn
 
-__all__ = ["run_demo", "main"]
+__all__ = ["run_demo", "main", "add_demo_command"]
 
 
 class _WithLoss(torch.nn.Module):
@@ -216,9 +216,9 @@ def _sweep_table(res, methods: list[str], budgets: list[int]) -> list[str]:
 
 def run_demo(args: argparse.Namespace) -> int:
     """Run the demo with the options of ``remat demo`` (see :func:`remat_core.cli.build_parser`)."""
-    from remat_core.cli import _applicable, load_graph_arg
+    from remat_core.cli import load_graph_arg
     from remat_core.plot import plot_memory_timeline, plot_schedule_matrices, plot_tradeoff_curves
-    from remat_core.sweep import sweep
+    from remat_core.sweep import applicable_methods, sweep
     warnings.filterwarnings("ignore", category=UserWarning)
     torch.set_num_threads(args.threads)
     fraction = args.fraction
@@ -239,7 +239,7 @@ def run_demo(args: argparse.Namespace) -> int:
     high = checkpoint_all_peak_bytes(graph)
     n = max(2, args.num)
     budgets = sorted({int(low + (high - low) * i / (n - 1)) for i in range(n)})
-    methods, skipped = _applicable(graph, available_methods())
+    methods, skipped = applicable_methods(graph, available_methods())
     print(f"\nbudget sweep of {graph.name} ({graph.n} nodes): every schedule needs >= {format_bytes(low)} "
           f"(node {culprit!r}), no remat needs {format_bytes(high)}; compute overhead per budget:")
     if skipped:
@@ -285,6 +285,46 @@ def _takes_time_limit(method: str) -> bool:
 
     params = inspect.signature(get_method(method)).parameters
     return "time_limit_s" in params
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from remat_core.cli import CLIError, check_out_dir
+
+    text = args.fraction.strip()
+    try:
+        args.fraction = float(text[:-1] if text.endswith("x") else text)
+    except ValueError:
+        raise CLIError(f"`--fraction` must be a fraction of activation memory such as 0.4; got {text!r}") from None
+    if not 0 < args.fraction <= 1:
+        raise CLIError(f"`--fraction` of activation memory must be in (0, 1]; got {text!r}")
+    check_out_dir(args.out, "--out")
+    return run_demo(args)
+
+
+def add_demo_command(subparsers, common: argparse.ArgumentParser) -> None:
+    """Add ``remat demo`` to the ``remat`` command (the ``remat.cli_commands`` entry point ``demo``)."""
+    from remat_core.cli import GRAPH_HELP
+
+    d = subparsers.add_parser(
+        "demo", parents=[common], help="train models under a memory budget, sweep budgets, plot",
+        description="The end-to-end job behind `make demo`: train a small transformer and a CNN "
+        "for a few steps under a budget well below what they need without rematerialization, "
+        "compare with torch.utils.checkpoint, sweep a zoo model's budgets from its lower bound "
+        "and write the plots. Needs PyTorch.")
+    d.add_argument("--out", default="demo_out", help="output folder (default: demo_out)")
+    d.add_argument("--graph", default="unet",
+                   help="zoo graph of the budget sweep (default unet: the methods differ there): " + GRAPH_HELP)
+    d.add_argument("--batch-size", type=int, default=32, help="batch size of the zoo graph (default 32)")
+    d.add_argument("--fraction", default="0.4",
+                   help="budget of the trained models as a fraction of their activation memory (default 0.4)")
+    d.add_argument("--steps", type=int, default=3, help="training steps per model (default 3)")
+    d.add_argument("--num", type=int, default=6, help="budgets in the sweep (default 6)")
+    d.add_argument("--time-limit", type=float, default=5.0, help="time_limit_s of each solve (default 5)")
+    d.add_argument("--workers", type=int, default=None, help="parallel workers of the sweep (default: CPU count)")
+    d.add_argument("--threads", type=int, default=1, help="torch threads for training (default 1: steady timings "
+                   "on a shared machine)")
+    d.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    d.set_defaults(fn=_cmd_demo)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,6 +11,9 @@ import ast
 import functools
 import pathlib
 
+import subprocess
+import sys
+
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2] / "remat_core"
@@ -109,3 +112,51 @@ def test_the_checker_sees_function_level_imports(tmp_path):
     src.parent.mkdir()
     src.write_text("def f():\n    from .schedule import Schedule\n")
     assert _imported_modules(src, "remat_core.graph") == [("remat_core.schedule", 2)]
+
+
+ADAPTERS_AND_FRAMEWORKS = ("remat_torch", "remat_tf", "torch", "tensorflow", "keras")
+
+
+def _foreign_imports(path: pathlib.Path) -> list[tuple[str, int]]:
+    """Every absolute import of an adapter or a framework in ``path`` (function-level ones included)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        found += [(n, node.lineno) for n in names if n.split(".")[0] in ADAPTERS_AND_FRAMEWORKS]
+    return found
+
+
+def test_the_core_never_imports_an_adapter_or_a_framework():
+    # an adapter imports the core; the reverse (cli.py once imported remat_torch.demo) makes a cycle
+    found = [f"{path.relative_to(ROOT.parent)}:{line} imports {name}"
+             for path, _ in _modules() for name, line in _foreign_imports(path)]
+    assert found == []
+
+
+def test_the_adapter_checker_sees_function_level_imports(tmp_path):
+    src = tmp_path / "cli.py"
+    src.write_text("def f():\n    from remat_torch.demo import run_demo\n    import torch.nn\n")
+    assert _foreign_imports(src) == [("remat_torch.demo", 2), ("torch.nn", 3)]
+
+
+def test_the_demo_command_comes_in_through_an_entry_point(monkeypatch, capsys):
+    """`remat demo` is registered by remat_torch's entry point; without it, the command says what to install."""
+    from remat_core import cli
+
+    monkeypatch.setattr(cli, "_plugin_entry_points", lambda: {})
+    assert cli.main(["demo", "--out", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "remat demo" in err and "pip install 'remat[torch]'" in err
+    assert "demo" in cli.build_parser()._subparsers._group_actions[0].choices
+
+
+def test_a_core_command_loads_no_plugin():
+    code = ("import sys; from remat_core.cli import main; rc = main(['methods']);"
+            "print(rc, [m for m in ('torch', 'remat_torch') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "0 []"
