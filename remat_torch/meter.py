@@ -26,8 +26,13 @@ the signed sizes alone would subtract those. If the block frees memory it did
 not allocate, the reported peak is an upper bound on the rise above the entry
 level. The profiler slows the block down; time it separately.
 
-Only the CPU allocator is followed (on a GPU, ``torch.cuda.max_memory_allocated``
-is the usual meter).
+:class:`AllocatorMeter` follows the CPU allocator only. On a GPU,
+:class:`CudaMeter` reads the CUDA caching allocator's own counters
+(``torch.cuda.max_memory_allocated`` and ``max_memory_reserved``): the peak
+of live bytes, and the peak of the pool the allocator reserved from the
+device, which is what the process really takes and shows fragmentation (a
+plan's budget must hold for it too). :func:`meter_for` picks the meter for a
+device.
 
 Examples
 --------
@@ -49,7 +54,7 @@ from typing import Any, Callable, Iterator
 
 from remat_core._native_io import native_output_silenced
 
-__all__ = ["AllocatorMeter", "measure_peak_bytes"]
+__all__ = ["AllocatorMeter", "CudaMeter", "meter_for", "measure_peak_bytes"]
 
 
 @contextlib.contextmanager
@@ -155,11 +160,101 @@ def _cpu_allocations(roots: list) -> list:
     return out
 
 
+class CudaMeter:
+    """Context manager measuring the peak bytes of one CUDA device's caching allocator while it is active.
+
+    On entry the device is synchronized and its peak counters reset; on exit
+    it is synchronized again (so that the kernels launched inside have run
+    and their frees are accounted) and the counters are read. The allocator's
+    peak counters are global to the device, so anything else running on it
+    at the same time (another thread, a communication stream) counts too:
+    that is memory the plan's budget must leave room for.
+
+    Parameters
+    ----------
+    device : torch.device, str or int, optional
+        Default: the current CUDA device.
+
+    Attributes
+    ----------
+    peak_bytes : int
+        Peak of allocated bytes above the level at entry
+        (``max_memory_allocated`` minus ``memory_allocated`` at entry).
+    net_bytes : int
+        Allocated bytes at exit minus those at entry.
+    peak_allocated_bytes : int
+        Absolute peak of allocated bytes on the device during the block.
+    peak_reserved_bytes : int
+        Absolute peak of the pool reserved from the device during the block
+        (``max_memory_reserved``): allocated bytes plus the caching
+        allocator's rounding and fragmentation.
+    entry_allocated_bytes, entry_reserved_bytes : int
+        The levels at entry.
+
+    Raises
+    ------
+    RuntimeError
+        If CUDA is not available.
+    """
+
+    def __init__(self, device: Any = None):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError("CudaMeter needs a CUDA device; none is available (use AllocatorMeter on CPU)")
+        self.device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+        if self.device.type != "cuda":
+            raise ValueError(f"`device` must be a CUDA device; got {device!r}")
+        if self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.peak_bytes = self.net_bytes = 0
+        self.peak_allocated_bytes = self.peak_reserved_bytes = 0
+        self.entry_allocated_bytes = self.entry_reserved_bytes = 0
+
+    def __enter__(self) -> "CudaMeter":
+        import torch
+
+        d = self.device
+        torch.cuda.synchronize(d)
+        self.entry_allocated_bytes = int(torch.cuda.memory_allocated(d))
+        self.entry_reserved_bytes = int(torch.cuda.memory_reserved(d))
+        torch.cuda.reset_peak_memory_stats(d)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import torch
+
+        d = self.device
+        torch.cuda.synchronize(d)
+        self.peak_allocated_bytes = int(torch.cuda.max_memory_allocated(d))
+        self.peak_reserved_bytes = int(torch.cuda.max_memory_reserved(d))
+        self.peak_bytes = max(self.peak_allocated_bytes - self.entry_allocated_bytes, 0)
+        self.net_bytes = int(torch.cuda.memory_allocated(d)) - self.entry_allocated_bytes
+
+
+def meter_for(device: Any = None):
+    """A new meter for ``device``: :class:`CudaMeter` for a CUDA device, else :class:`AllocatorMeter`.
+
+    Examples
+    --------
+    >>> from remat_torch.meter import meter_for
+    >>> type(meter_for("cpu")).__name__
+    'AllocatorMeter'
+    """
+    import torch
+
+    if device is not None and torch.device(device).type == "cuda":
+        return CudaMeter(device)
+    return AllocatorMeter()
+
+
 def measure_peak_bytes(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
     """Peak bytes allocated during ``fn(*args, **kwargs)``, above the level at the call.
 
     The result of ``fn`` is dropped before the meter stops, so memory it
-    returns counts in the peak, not in a net balance.
+    returns counts in the peak, not in a net balance. The CPU allocator is
+    followed unless a tensor among ``args`` (or ``kwargs``) is on a CUDA
+    device; then that device's caching allocator is (:class:`CudaMeter`).
 
     Parameters
     ----------
@@ -181,7 +276,10 @@ def measure_peak_bytes(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int
     >>> measure_peak_bytes(lambda: x.exp().sin())  # a temporary and the result
     8000
     """
-    with AllocatorMeter() as m:
+    import torch
+
+    dev = next((a.device for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.is_cuda), None)
+    with meter_for(dev) as m:
         out = fn(*args, **kwargs)
         del out
     return m.peak_bytes

@@ -8,7 +8,8 @@
     writes, so that pointwise and memory-bound ops (which the flop counter
     leaves at zero) are not free to recompute. Unit: ``"flop"``.
 ``"profile"``
-    Measured time in seconds: CUDA events on a GPU; on CPU the wall clock
+    Measured time in seconds: on a GPU, CUDA events recorded on the current
+    stream around each run (device time, not launch time); on CPU the wall clock
     (``time.perf_counter``) with ``warmup`` untimed runs and the median of
     ``repeats`` timed runs. All node outputs are held at once while profiling
     (checkpoint-all without frees), so profile on inputs that fit.
@@ -49,6 +50,39 @@ def _placeholder_values(eg, model, inputs, fake_mode=None):
 def _args(spec, k, values, outs, graph):
     deps = graph.deps[k]
     return [values[s[1]] if s[0] == "ph" else outs[deps[s[1]]][s[2]] for s in spec.inputs]
+
+
+def _cuda_device(values):
+    """The CUDA device of the first CUDA tensor among ``values``, or None (CPU)."""
+    for v in values:
+        if v is not None and v.is_cuda:
+            return v.device
+    return None
+
+
+def _cuda_times(fn, args, repeats: int, device):
+    """Run ``fn(*args)`` ``repeats`` times on ``device``, each timed with CUDA events on the current stream.
+
+    The events are recorded on the stream the kernels are launched on, so an
+    interval is the device time of the node's kernels, not the host's launch
+    time; the host waits on the last event only.
+    Returns the last result and the times in seconds.
+    """
+    import torch
+
+    with torch.cuda.device(device):
+        stream = torch.cuda.current_stream(device)
+        pairs = []
+        res = None
+        for _ in range(repeats):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            res = fn(*args)
+            end.record(stream)
+            pairs.append((start, end))
+        pairs[-1][1].synchronize()
+    return res, [a.elapsed_time(b) / 1e3 for a, b in pairs]
 
 
 def node_costs(eg, model, inputs: Sequence, cost_model: str, warmup: int = 2, repeats: int = 5,
@@ -111,24 +145,18 @@ def node_costs(eg, model, inputs: Sequence, cost_model: str, warmup: int = 2, re
                 outs[k] = res
         return costs, "flop"
     values = _placeholder_values(eg, model, inputs)
-    cuda = any(v.is_cuda for v in values)
-    with torch.random.fork_rng(devices=[]), torch.no_grad():
+    dev = _cuda_device(values)
+    with torch.random.fork_rng(devices=[] if dev is None else [dev]), torch.no_grad():
         for k in it:
             spec = eg.groups[k]
             args = _args(spec, k, values, outs, g)
             for _ in range(int(warmup)):
                 spec.fn.forward(*args)
-            times = []
-            for _ in range(int(repeats)):
-                if cuda:
-                    start = torch.cuda.Event(enable_timing=True)
-                    end = torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    res = spec.fn.forward(*args)
-                    end.record()
-                    torch.cuda.synchronize()
-                    times.append(start.elapsed_time(end) / 1e3)
-                else:
+            if dev is not None:
+                res, times = _cuda_times(spec.fn.forward, args, int(repeats), dev)
+            else:
+                times = []
+                for _ in range(int(repeats)):
                     t0 = time.perf_counter()
                     res = spec.fn.forward(*args)
                     times.append(time.perf_counter() - t0)
@@ -143,7 +171,9 @@ def measure_workspace(eg, model, inputs: Sequence, progress: bool = False) -> np
     Every node is run on the example inputs (after one untimed run, so that
     one-off caches are not counted) while the allocator is watched: on CPU
     with :class:`remat_torch.meter.AllocatorMeter` (the profiler's memory
-    events), on a GPU with ``torch.cuda.max_memory_allocated``. This sees
+    events), on a GPU with :class:`remat_torch.meter.CudaMeter`
+    (``torch.cuda.max_memory_allocated`` of the inputs' device, synchronized
+    before and after). This sees
     the temporaries that
     operators allocate inside themselves, such as oneDNN's format reorders
     in ``convolution_backward``, which no graph-level estimate can see.
@@ -173,29 +203,21 @@ def measure_workspace(eg, model, inputs: Sequence, progress: bool = False) -> np
     import torch
     from tqdm.auto import tqdm
 
-    from .meter import AllocatorMeter
+    from .meter import meter_for
 
     g = eg.graph
     ws = np.zeros(g.n, dtype=np.int64)
     outs: list = [None] * g.n
     values = _placeholder_values(eg, model, inputs)
-    cuda = any(v.is_cuda for v in values)
-    with torch.random.fork_rng(devices=[]), torch.no_grad():
+    dev = _cuda_device(values)
+    with torch.random.fork_rng(devices=[] if dev is None else [dev]), torch.no_grad():
         for k in tqdm(range(g.n), desc="workspace", disable=not progress):
             spec = eg.groups[k]
             args = _args(spec, k, values, outs, g)
             spec.fn.forward(*args)   # untimed run: lazy initialisation, caches
-            if cuda:
-                torch.cuda.synchronize()
-                base = torch.cuda.memory_allocated()
-                torch.cuda.reset_peak_memory_stats()
+            with meter_for(dev) as m:  # on a GPU: the caching allocator's peak counters, device synchronized
                 res = spec.fn.forward(*args)
-                torch.cuda.synchronize()
-                peak, net = torch.cuda.max_memory_allocated() - base, torch.cuda.memory_allocated() - base
-            else:
-                with AllocatorMeter() as m:
-                    res = spec.fn.forward(*args)
-                peak, net = m.peak_bytes, m.net_bytes
+            peak, net = m.peak_bytes, m.net_bytes
             # the model adds memory_bytes + workspace at this instant; the outputs that are fixed bytes
             # (model outputs, gradients) were reserved from the start: so subtract all that is kept
             ws[k] = max(int(peak) - max(int(net), int(g.memory_bytes[k])), 0)

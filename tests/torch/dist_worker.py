@@ -1,0 +1,287 @@
+"""Two-rank gloo runs for ``test_distributed.py``, started as a script in a fresh process.
+
+``python tests/torch/dist_worker.py SCENARIO OUT_DIR`` spawns two ranks
+(``torch.multiprocessing.spawn``) on one machine with the gloo backend; each
+rank runs SCENARIO and writes ``OUT_DIR/rank{r}.json`` with what it measured.
+The test starts this script in its own session with a timeout and kills the
+whole group if it overruns, so no rank outlives the test.
+
+Scenarios
+---------
+``ddp``, ``fsdp``
+    A small causal transformer (two pre-LN blocks, loss inside) with remat at
+    budget 0.5 under ``DistributedDataParallel`` / FSDP2 ``fully_shard``,
+    against the same wrapper around the plain model: three optimizer steps,
+    each rank's gradients after the reduce compared on every step, and the
+    rank's measured peak (the c10 allocator's rise during a step plus what was
+    resident before it) against the plan's per-rank budget.
+``trainer``
+    Hugging Face ``Trainer`` with DDP (gloo, CPU) for three steps on a
+    rematerialized tiny GPT-2, against the same Trainer run without remat.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+TIMEOUT = datetime.timedelta(seconds=60)  # every collective gives up after this
+STEPS = 3
+
+
+class Block(torch.nn.Module):
+    """Pre-LN transformer block: causal self-attention and an MLP, residual around both."""
+
+    def __init__(self, d=32, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = torch.nn.LayerNorm(d)
+        self.qkv = torch.nn.Linear(d, 3 * d)
+        self.proj = torch.nn.Linear(d, d)
+        self.ln2 = torch.nn.LayerNorm(d)
+        self.fc = torch.nn.Linear(d, 4 * d)
+        self.out = torch.nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(a)
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class TinyLM(torch.nn.Module):
+    """Token embedding, ``n_layers`` blocks, final LayerNorm and head; returns the LM loss."""
+
+    def __init__(self, vocab=64, d=32, n_layers=2, seq=32):
+        super().__init__()
+        self.tok = torch.nn.Embedding(vocab, d)
+        self.pos = torch.nn.Parameter(torch.randn(seq, d) * 0.02)
+        self.blocks = torch.nn.ModuleList(Block(d) for _ in range(n_layers))
+        self.ln = torch.nn.LayerNorm(d)
+        self.head = torch.nn.Linear(d, vocab)
+
+    def forward(self, ids, labels):
+        x = self.tok(ids) + self.pos[: ids.shape[1]]
+        for blk in self.blocks:
+            x = blk(x)
+        logits = self.head(self.ln(x))
+        return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+
+
+def _batch(rank, step, batch=4, seq=32, vocab=64):
+    g = torch.Generator().manual_seed(1000 * step + rank)  # each rank its own data, as a sampler gives
+    ids = torch.randint(0, vocab, (batch, seq), generator=g)
+    return ids, ids.roll(-1, dims=1)
+
+
+def _resident_bytes(tensors):
+    """Bytes of the distinct storages of ``tensors`` (views and shared storages counted once)."""
+    seen = {}
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes():
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return sum(seen.values())
+
+
+def _local(t):
+    """The rank's own shard of a DTensor (FSDP2), else the tensor."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def _train(model, rank, measure):
+    """Three steps of SGD; per step the rank's gradients (after the reduce) and its measured rise."""
+    from remat_torch.meter import AllocatorMeter
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    grads, rises, losses = [], [], []
+    for step in range(STEPS):
+        ids, labels = _batch(rank, step)
+        opt.zero_grad(set_to_none=True)
+        if measure:
+            with AllocatorMeter() as m:
+                loss = model(ids, labels)
+                loss.backward()
+                del loss
+            rises.append(m.peak_bytes)
+            loss = torch.tensor(0.0)  # dropped inside the meter
+        else:
+            loss = model(ids, labels)
+            loss.backward()
+        grads.append([_local(p.grad).detach().clone() for p in model.parameters()])
+        losses.append(float(loss.detach()))
+        opt.step()
+    return grads, rises
+
+
+def run_wrapped(rank, world, scenario, out_dir):
+    """DDP or FSDP2 around the plain model and around the rematerialized one."""
+    import torch.distributed as dist
+
+    from remat_torch import distributed as rdist
+
+    torch.manual_seed(0)
+    base = TinyLM()
+    plain = TinyLM()
+    plain.load_state_dict(base.state_dict())
+    ids, labels = _batch(rank, 0)
+    rm = rdist.rematerialize_shared(base, (ids, labels), budget=0.5, method="auto", granularity="module",
+                                    cost_model="flops", time_limit_s=5)
+    budget_bytes = int(rm.result.budget_bytes)
+    from remat_torch.meter import AllocatorMeter
+
+    if scenario == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as wrap
+    else:
+        from torch.distributed.fsdp import fully_shard as wrap
+    ref = wrap(plain)
+    with AllocatorMeter() as built:  # DDP's gradient buckets; FSDP2's shards (counted below as parameters)
+        ours = wrap(rm)
+    resident = _resident_bytes([_local(p) for p in ours.parameters()] + list(ours.buffers()) + [ids, labels])
+    if scenario == "ddp":
+        resident += built.net_bytes
+    g_ref, _ = _train(ref, rank, measure=False)
+    g_ours, rises = _train(ours, rank, measure=True)
+    diffs = [max(float((a - b).abs().max()) for a, b in zip(ga, gb)) for ga, gb in zip(g_ours, g_ref)]
+    scale = max(float(g.abs().max()) for g in g_ref[0])
+    overhead = rdist.comm_overhead_bytes(base, scenario, world)
+    rec = {"rank": rank, "diffs": diffs, "grad_scale": scale, "rises": rises, "resident": resident,
+           "budget_bytes": budget_bytes, "predicted_peak_bytes": int(rm.predicted_peak_bytes),
+           "fixed_bytes": int(rm.extracted.graph.fixed_bytes), "overhead_bytes": overhead,
+           "recomputed": int(rm.result.schedule.compute_counts().max()), "solves": int(rm.solves),
+           "method": rm.result.method}
+    _write(out_dir, scenario, rank, rec)
+
+
+def _write(out_dir, scenario, rank, rec):
+    import torch.distributed as dist
+
+    dist.barrier()
+    with open(os.path.join(out_dir, f"{scenario}-rank{rank}.json"), "w") as f:
+        json.dump(rec, f)
+
+
+def _params(model):
+    return [_local(p).detach().clone() for p in model.parameters()]
+
+
+def _max_diff(a, b):
+    return max(float((x - y).abs().max()) for x, y in zip(a, b))
+
+
+def run_accelerate(rank, world, out_dir):
+    """Accelerate's ``prepare`` (DDP on two ranks) and ``accelerator.backward``: three steps."""
+    from accelerate import Accelerator
+
+    from remat_torch import distributed as rdist
+
+    acc = Accelerator(cpu=True)
+    torch.manual_seed(0)
+    base = TinyLM()
+    plain = TinyLM()
+    plain.load_state_dict(base.state_dict())
+    ids, labels = _batch(rank, 0)
+    rm = rdist.rematerialize_shared(base, (ids, labels), budget=0.5, granularity="module", cost_model="flops",
+                                    time_limit_s=5)
+    losses = {}
+    for name, model in (("plain", plain), ("remat", rm)):
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        model, opt = acc.prepare(model, opt)
+        out = []
+        for step in range(STEPS):
+            ids, labels = _batch(rank, step)
+            opt.zero_grad()
+            loss = model(ids, labels)
+            acc.backward(loss)
+            opt.step()
+            out.append(float(loss.detach()))
+        losses[name] = out
+    rec = {"rank": rank, "losses": losses["remat"], "losses_ref": losses["plain"],
+           "param_diff": _max_diff(_params(base), _params(plain)), "wrapped": type(model).__name__,
+           "distributed_type": str(acc.distributed_type), "num_processes": acc.num_processes}
+    _write(out_dir, "accelerate", rank, rec)
+
+
+def run_trainer(rank, world, out_dir):
+    """HF ``Trainer`` with DDP (gloo, CPU) for three steps, with and without remat."""
+    import tempfile
+
+    from transformers import Trainer, TrainingArguments
+
+    from hf_cases import make
+    from remat_torch import distributed as rdist
+
+    model, batch = make("gpt2")
+    ref = copy.deepcopy(model)
+    rm = rdist.rematerialize_shared(model, example_kwargs=batch, budget=0.5, granularity="module",
+                                    time_limit_s=5)
+    data = [{"input_ids": x, "labels": x} for x in torch.randint(0, 64, (16, 32), generator=torch.Generator()
+                                                                 .manual_seed(0))]
+    losses = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, m in (("remat", rm), ("plain", ref)):
+            args = TrainingArguments(output_dir=os.path.join(tmp, name), max_steps=STEPS, report_to=[],
+                                     use_cpu=True, ddp_backend="gloo", per_device_train_batch_size=4,
+                                     save_strategy="no", logging_steps=1, learning_rate=1e-3, seed=0,
+                                     dataloader_num_workers=0, disable_tqdm=True)
+            trainer = Trainer(model=m, args=args, train_dataset=data)
+            trainer.train()
+            losses[name] = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+            if name == "remat":
+                wrapped = type(trainer.model_wrapped).__name__
+                rec_world = trainer.args.world_size
+                solves = int(rm.solves)
+                steps = trainer.state.global_step
+    rec = {"rank": rank, "losses": losses["remat"], "losses_ref": losses["plain"],
+           "param_diff": _max_diff(_params(model), _params(ref)), "wrapped": wrapped, "world_size": rec_world,
+           "solves": solves, "global_step": steps}
+    _write(out_dir, "trainer", rank, rec)
+
+
+def _entry(rank, world, scenario, out_dir, port):
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=TIMEOUT)
+    try:
+        for name in scenario.split(","):
+            if name in ("ddp", "fsdp"):
+                run_wrapped(rank, world, name, out_dir)
+            elif name == "accelerate":
+                run_accelerate(rank, world, out_dir)
+            elif name == "trainer":
+                run_trainer(rank, world, out_dir)
+            else:
+                raise SystemExit(f"unknown scenario {name!r}")
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main(argv):
+    scenario, out_dir = argv[1], argv[2]
+    world = 2
+    torch.multiprocessing.spawn(_entry, args=(world, scenario, out_dir, _free_port()), nprocs=world, join=True)
+
+
+if __name__ == "__main__":
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:0] = [os.path.join(here, "..", ".."), here, os.path.join(here, "..")]
+    main(sys.argv)

@@ -1,0 +1,136 @@
+"""Rematerialized modules under data parallelism: two gloo ranks on one machine (CPU).
+
+The ranks run in a fresh process group started by ``dist_worker.py`` (its
+own session, killed as a whole if it overruns ``TIMEOUT_S``; every collective
+inside times out after 60 s). Each scenario runs the same wrapper around the
+plain model and around the rematerialized one (budget 0.5) for three
+optimizer steps:
+
+* DDP and FSDP2 (``fully_shard`` on the whole module): each rank's gradients
+  after the reduce equal those without remat on every step, and the rank's
+  measured peak (the c10 allocator's rise in a step plus what was resident:
+  the rank's parameters or shards, DDP's buckets, inputs) is within the
+  plan's peak plus :func:`remat_torch.distributed.comm_overhead_bytes`,
+  which is within the per-rank budget;
+* Accelerate ``prepare`` (which wraps the model in DDP on two ranks) and HF
+  ``Trainer`` with DDP: the same losses and parameters as without remat.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+    pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TIMEOUT_S = 600  # a loaded 2-core machine: the four scenarios take about a minute there
+SLACK_BYTES = 4096  # scalar temporaries outside the graph (the loss's), as in test_torch_memory
+
+
+def _run_ranks(scenarios, out_dir):
+    """Run ``dist_worker.py`` for ``scenarios``; the per-rank records by scenario."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "dist_worker.py"), ",".join(scenarios),
+                             str(out_dir)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the spawned ranks are in the same session
+        proc.communicate()
+        pytest.fail(f"the two ranks did not finish in {TIMEOUT_S} s")
+    text = out.decode(errors="replace")
+    assert proc.returncode == 0, text[-4000:]
+    recs = {}
+    for name in scenarios:
+        recs[name] = [json.load(open(os.path.join(out_dir, f"{name}-rank{r}.json"))) for r in range(2)]
+    return recs
+
+
+@pytest.fixture(scope="module")
+def wrapped_runs(tmp_path_factory):
+    return _run_ranks(["ddp", "fsdp"], tmp_path_factory.mktemp("dist"))
+
+
+@pytest.fixture(scope="module")
+def hf_runs(tmp_path_factory):
+    pytest.importorskip("accelerate")
+    pytest.importorskip("transformers")
+    return _run_ranks(["accelerate", "trainer"], tmp_path_factory.mktemp("dist-hf"))
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_gradients_equal_without_remat_and_peak_within_per_rank_budget(wrapped_runs, strategy):
+    r0, r1 = wrapped_runs[strategy]
+    for rec in (r0, r1):
+        assert rec["recomputed"] > 1, rec  # budget 0.5 recomputes something
+        assert len(rec["diffs"]) == 3
+        # the same ops on the same values: the reduced gradients agree to float32 round-off on every step
+        assert max(rec["diffs"]) <= 1e-6 * max(rec["grad_scale"], 1.0), rec
+        per_rank_budget = rec["budget_bytes"] + rec["overhead_bytes"]
+        assert rec["predicted_peak_bytes"] <= rec["budget_bytes"]
+        for rise in rec["rises"][-1:]:  # the last step: DDP rebuilds its buckets in the second
+            measured = rec["resident"] + rise
+            assert measured <= rec["predicted_peak_bytes"] + rec["overhead_bytes"] + SLACK_BYTES, rec
+            assert measured <= per_rank_budget + SLACK_BYTES, rec
+            # the plan's own part is all there: more than the plan's activations were measured
+            assert measured >= rec["predicted_peak_bytes"] - SLACK_BYTES, rec
+    # one plan for ranks that are alike: rank 0 solved it, rank 1 received it
+    assert (r0["solves"], r1["solves"]) == (1, 0)
+    assert r1["method"] == "loaded"
+
+
+def test_ddp_peak_is_the_plan_plus_buckets(wrapped_runs):
+    """Under DDP the model is exact: plan peak + one copy of the parameters' bytes (buckets)."""
+    for rec in wrapped_runs["ddp"]:
+        measured = rec["resident"] + rec["rises"][-1]
+        predicted = rec["predicted_peak_bytes"] + rec["overhead_bytes"]
+        assert abs(measured - predicted) <= 0.05 * measured, rec
+
+
+def test_accelerate_prepare_two_ranks(hf_runs):
+    for rec in hf_runs["accelerate"]:
+        assert rec["num_processes"] == 2 and rec["wrapped"] == "DistributedDataParallel", rec
+        assert rec["losses"] == pytest.approx(rec["losses_ref"], rel=1e-6)
+        assert len(rec["losses"]) == 3
+        assert rec["param_diff"] <= 1e-6, rec
+
+
+def test_trainer_ddp_two_ranks(hf_runs):
+    for rec in hf_runs["trainer"]:
+        assert rec["world_size"] == 2 and rec["wrapped"] == "DistributedDataParallel", rec
+        assert rec["global_step"] == 3
+        assert rec["losses"] == pytest.approx(rec["losses_ref"], rel=1e-5)
+        assert rec["param_diff"] <= 1e-5, rec
+
+
+def test_comm_overhead_bytes_model():
+    from remat_torch.distributed import comm_overhead_bytes
+
+    net = torch.nn.Sequential(torch.nn.Linear(10, 10), torch.nn.Linear(10, 3))  # 143 params: 572 bytes
+    assert comm_overhead_bytes(net, "ddp", 4) == 572
+    assert comm_overhead_bytes(net, "fsdp", 4) == 572 + 2 * 143
+    assert comm_overhead_bytes(net, "fsdp", 1) == 2 * 572  # one rank: its shard is everything, no buffer kept
+    net[1].weight.requires_grad_(False)
+    assert comm_overhead_bytes(net, "ddp", 2) == 572 - 120
+    with pytest.raises(ValueError, match="`strategy`"):
+        comm_overhead_bytes(net, "zero3", 2)
+    with pytest.raises(ValueError, match="`world_size`"):
+        comm_overhead_bytes(net, "ddp", 0)
+
+
+def test_rematerialize_shared_without_process_group_is_rematerialize():
+    from remat_torch.distributed import rematerialize_shared
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    x = torch.randn(5, 8)
+    rm = rematerialize_shared(net, (x,), budget=1.0, method="checkpoint-all", cost_model="unit")
+    rm(x).sum().backward()
+    assert rm.solves == 1 and net[0].weight.grad is not None
