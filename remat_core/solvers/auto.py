@@ -81,6 +81,17 @@ _RESERVE_S = 0.05
 _BOUND_SHARE = 0.15
 
 
+#: Default ``stop_gap`` of :func:`solve_auto`: once :data:`DEFAULT_PATIENCE_S` have passed, the search stops at a
+#: schedule within this share of its lower bound (the most that searching longer could still save).
+DEFAULT_STOP_GAP = 0.05
+#: Default ``patience_s`` of :func:`solve_auto` (seconds): the search never stops on ``stop_gap`` before this.
+DEFAULT_PATIENCE_S = 8.0
+
+
+#: Moves of the anytime loop without a time limit: every heuristic, freeing rule and budget share once.
+_UNLIMITED_MOVES = 120
+
+
 def choose_path(graph: Graph, time_limit_s: float | None = None,
                 memory_limit_bytes: int | None = DEFAULT_MODEL_BYTES_LIMIT) -> str:
     """The path ``auto`` takes on ``graph``: ``"ilp"``, ``"lp-rounding"`` or ``"large"``.
@@ -334,9 +345,75 @@ def _polish(best: _Best, graph: Graph, budget_bytes: int, deadline: float | None
     best.offer(out.method, out)
 
 
+def _settled_rule(best: _Best, start: float, stop_gap: float, patience_s: float) -> Any:
+    """The rule that ends the search while time is left: ``patience_s`` passed and the best schedule within
+    ``stop_gap`` of the best lower bound (searching on could save at most that share)."""
+    def settled() -> bool:
+        if best.result is None or best.lower_bound is None or time.perf_counter() - start < patience_s:
+            return False
+        return best.result.objective <= best.lower_bound * (1 + stop_gap) * (1 + 1e-12)
+    return settled
+
+
+def _child_done(early: Any) -> bool:
+    """Whether the exact method's child has finished (its result written, or the process gone)."""
+    import os
+
+    return early.proc is None or os.path.exists(early.out) or early.proc.poll() is not None
+
+
+def _wait_exact(early: Any, settled: Any) -> tuple[RematResult | None, str]:
+    """The exact child's result, unless the search settles first (see :func:`_settled_rule`): then the child is
+    stopped and ``None`` returned with why."""
+    while not _child_done(early) and time.perf_counter() < early.deadline:
+        if settled():
+            early.close()
+            return None, f"{early.method}: stopped once the schedule was within stop_gap of the lower bound"
+        time.sleep(0.05)
+    return early.wait()
+
+
+def _min_peak(best: _Best, graph: Graph, budget_bytes: int, deadline: float | None) -> None:
+    """Feasibility first (:func:`~remat_core.solvers.anytime.min_peak_schedules`): where nothing fits yet, the
+    schedules of the smallest peaks DTR's heuristics reach over the whole budget range (the same runs whatever
+    the budget, so what fits one budget fits every larger one); their smallest peak is the hint reported."""
+    from . import _METHODS
+    from .anytime import min_peak_schedules
+
+    if "dtr" not in _METHODS or "min-peak" in best.tried:
+        return
+    t0 = time.perf_counter()
+    peak = min_peak_schedules(graph, best.offer, budget_bytes, deadline=deadline)
+    best.tried["min-peak"] = {"status": "done" if peak is not None else "none found", "min_peak_bytes": peak,
+                              "time_s": round(time.perf_counter() - t0, 3)}
+    if peak is not None:
+        best.min_budget = peak if best.min_budget is None else min(best.min_budget, peak)
+
+
+def _anytime(best: _Best, graph: Graph, budget_bytes: int, deadline: float | None, stop: Any) -> None:
+    """The anytime improvement loop (:func:`~remat_core.solvers.anytime.improve`) until ``deadline`` or
+    ``stop()``; without a deadline, its moves run out."""
+    from . import _METHODS
+    from .anytime import improve
+
+    if "dtr" not in _METHODS or (best.result is not None and best.result.status is SolveStatus.OPTIMAL):
+        return
+    t0 = time.perf_counter()
+    # without a limit, the deterministic restarts only (not the random heuristic's endless seeds)
+    info = improve(graph, budget_bytes, best.offer, lambda: best.result, lower_bound=best.lower_bound,
+                   deadline=deadline, stop=stop, max_moves=None if deadline is not None else _UNLIMITED_MOVES)
+    # one entry for the loop, not one per move (hundreds)
+    for name in [k for k in best.tried if k.startswith("restart(")]:
+        if name != best.method:
+            del best.tried[name]
+    best.tried["anytime"] = {"status": info["why"], "moves": info["moves"], "improved": info["improved"],
+                             "time_s": round(time.perf_counter() - t0, 3)}
+
+
 def solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None = 60.0,
                memory_limit_bytes: int | None = DEFAULT_MODEL_BYTES_LIMIT, threads: int | None = None,
-               verbose: bool = False) -> RematResult:
+               verbose: bool = False, stop_gap: float = DEFAULT_STOP_GAP,
+               patience_s: float = DEFAULT_PATIENCE_S) -> RematResult:
     """The best schedule found within ``time_limit_s``, choosing the method by problem size.
 
     Parameters
@@ -353,6 +430,12 @@ def solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None = 60.
         Passed to ``ilp``.
     verbose : bool
         Solver logs.
+    stop_gap, patience_s : float
+        The search continues only while it pays: once ``patience_s`` seconds
+        have passed (default 8), it stops as soon as its schedule costs at
+        most ``1 + stop_gap`` (default 1.05) times its lower bound, the exact
+        method's child included. ``stop_gap=0`` uses the whole limit (or
+        stops at a proof of optimality).
 
     Returns
     -------
@@ -378,6 +461,10 @@ def solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None = 60.
     from . import validate_time_limit
 
     validate_time_limit(time_limit_s)
+    for name, value in (("stop_gap", stop_gap), ("patience_s", patience_s)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not (
+                value >= 0 and np.isfinite(value)):
+            raise ValueError(f"`{name}` must be a finite number >= 0; got {value!r}")
     start = time.perf_counter()
     left = (lambda: None) if time_limit_s is None else (  # noqa: E731
         lambda: float(time_limit_s) - (time.perf_counter() - start) - _RESERVE_S)
@@ -393,17 +480,19 @@ def solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None = 60.
             opts0["threads"] = threads
         early = DeadlineChild(path, graph, budget_bytes, opts0, start + float(time_limit_s) - _RESERVE_S)
     try:
-        return _solve_auto(graph, budget_bytes, time_limit_s, threads, verbose, start, left, path, early)
+        return _solve_auto(graph, budget_bytes, time_limit_s, threads, verbose, start, left, path, early,
+                           float(stop_gap), float(patience_s))
     finally:
         if early is not None:
             early.close()
 
 
 def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, threads: int | None, verbose: bool,
-                start: float, left: Any, path: str, early: Any) -> RematResult:
+                start: float, left: Any, path: str, early: Any, stop_gap: float, patience_s: float) -> RematResult:
     from . import _METHODS
 
     best = _Best(graph, budget_bytes)
+    settled = _settled_rule(best, start, stop_gap, patience_s)
     sim_s = 0.0   # one simulation's time, measured on checkpoint-all (the first baseline)
     for name in BASELINES:
         if name not in _METHODS:
@@ -447,7 +536,10 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
         if path == "ilp":
             opts.update(threads=threads, warm_start=best.result.schedule if best.result is not None else True)
         if early is not None:
-            res, why = early.wait()
+            if best.result is None:
+                _min_peak(best, graph, budget_bytes, deadline)
+            _anytime(best, graph, budget_bytes, deadline, stop=lambda: _child_done(early) or settled())
+            res, why = _wait_exact(early, settled)
         else:
             res, why = _exact(path, graph, budget_bytes, opts,
                               None if time_limit_s is None else start + float(time_limit_s))
@@ -462,9 +554,15 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
         left = lambda: deadline - time.perf_counter()  # noqa: E731
     if path == "large":
         _other_dtr_heuristics(best, graph, budget_bytes, left)
+        if best.result is None:
+            _min_peak(best, graph, budget_bytes, deadline)
         _polish(best, graph, budget_bytes, deadline, sim_s)
         for name in LARGE_GRAPH_METHODS:
             remaining = left()
+            if remaining is not None and best.result is not None and best.lower_bound is not None and (
+                    best.result.objective <= best.lower_bound * (1 + stop_gap)):
+                # within stop_gap already: this method may run only until the patience is over
+                remaining = min(remaining, start + patience_s - time.perf_counter())
             if name not in _METHODS or (remaining is not None and remaining <= 0.1):
                 continue
             from . import get_method
@@ -485,24 +583,35 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
 
     if path == "large":
         _dtr_rescue(best, graph, budget_bytes, left)
+        if best.result is None:
+            _min_peak(best, graph, budget_bytes, deadline)
+        _anytime(best, graph, budget_bytes, deadline, stop=settled)
     _polish(best, graph, budget_bytes, deadline, sim_s)
     stats: dict[str, Any] = {"path": path, "tried": best.tried, "chosen": best.method,
                              "estimated_nonzeros": estimate_milp_size(graph).nonzeros}
+    if best.result is None:   # feasibility first, if it has not run yet: it may find a schedule that fits
+        _min_peak(best, graph, budget_bytes, deadline)
+        stats["chosen"] = best.method
     if best.result is None:
-        _smallest_dtr_budget(best, graph, budget_bytes, left)
+        if best.min_budget is None:
+            _smallest_dtr_budget(best, graph, budget_bytes, left)
+        hint = ""
         if best.min_budget is not None:
             stats["min_budget_bytes"] = best.min_budget
+            stats["min_budget_lower_bound_bytes"] = graph.min_budget_lower_bound_bytes()
+            hint = (f"; the smallest budget at which a schedule was found: {best.min_budget} bytes (none exists "
+                    f"below {graph.min_budget_lower_bound_bytes()} bytes)")
         if stopped:   # not a proof: the exact method did not finish
             return RematResult(status=SolveStatus.NO_SOLUTION, stats=stats,
                                message=f"auto ({path} path): no heuristic schedule fits {budget_bytes} bytes "
-                                       f"and {stopped}")
+                                       f"and {stopped}{hint}")
         if budget_bytes < graph.min_budget_lower_bound_bytes() or best.tried.get(path, {}).get("status") == "infeasible":
             return RematResult(status=SolveStatus.INFEASIBLE, stats=stats,
                                message=f"auto ({path} path): no schedule fits {budget_bytes} bytes (proven)")
         # the heuristics found nothing, which proves nothing: a schedule may exist
         return RematResult(status=SolveStatus.NO_SOLUTION, stats=stats,
                            message=f"auto ({path} path): no method found a schedule within {budget_bytes} bytes in "
-                                   "the time given; that does not prove there is none")
+                                   f"the time given; that does not prove there is none{hint}")
     res = best.result
     status = res.status if best.method == "ilp" and res.status is SolveStatus.OPTIMAL else SolveStatus.FEASIBLE
     if best.method == "checkpoint-all" and res.status is SolveStatus.OPTIMAL:

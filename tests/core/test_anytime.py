@@ -1,0 +1,130 @@
+"""The anytime search of ``auto`` (``remat_core.solvers.anytime``): feasibility first, monotone in the budget,
+the smallest budget found as the hint, and a longer search never worse. Deterministic: a work budget
+(``max_moves``), a fake clock, or limits so long that no cap depends on the time."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from remat_core import simulate, solve
+from remat_core.schedule import SolveStatus
+from remat_core.solvers.anytime import Move, improve, min_peak_schedules, restart_moves
+from remat_core.units import resolve_budget
+from remat_core.zoo import random_training_graph
+
+
+@pytest.fixture(scope="module")
+def g500():
+    g = random_training_graph(120, 3, seed=0)   # 493 nodes
+    assert 450 <= g.n <= 550
+    return g
+
+
+def _search(g, budget, **kw):
+    found = []
+
+    def incumbent():
+        return min(found, key=lambda r: r.objective) if found else None
+
+    info = improve(g, budget, lambda name, res: found.append(res), incumbent, **kw)
+    return incumbent(), info, found
+
+
+def test_moves_come_in_a_fixed_order_and_a_longer_search_tries_a_superset():
+    a = list(itertools.islice(restart_moves(), 50))
+    b = list(itertools.islice(restart_moves(), 80))
+    assert b[:50] == a and len(set(b)) == len(b)
+    assert a[0] == Move("msps", 1.0, False)
+
+
+def test_a_longer_search_is_never_worse_and_here_better(g500):
+    budget = resolve_budget(g500, 0.5)
+    costs = []
+    for moves in (1, 6, 24):
+        best, info, found = _search(g500, budget, max_moves=moves)
+        assert info["moves"] == moves and info["why"] == "work budget"
+        for res in found:   # every offer is a verified schedule within the budget
+            assert res.status is SolveStatus.FEASIBLE and res.peak_memory_bytes <= budget
+            assert simulate(g500, res.schedule).total_cost == pytest.approx(res.objective)
+        costs.append(best.objective)
+    assert costs[0] >= costs[1] >= costs[2]
+    assert costs[2] < costs[0]   # the restarts at tighter budgets, polished, beat the first run on this graph
+
+
+def test_the_deadline_holds_on_a_fake_clock(g500):
+    """Each clock read advances 10 ms: the search must stop by its deadline (in clock time), whatever a move
+    costs in wall time."""
+    now = [0.0]
+
+    def clock():
+        now[0] += 0.01
+        return now[0]
+
+    best, info, _ = _search(g500, resolve_budget(g500, 0.5), clock=clock, deadline=1.0)
+    assert info["why"] == "deadline" and 0 < info["moves"] < 100
+    assert now[0] <= 1.0 + 0.05   # no move started after the deadline
+
+
+def test_the_search_stops_at_the_lower_bound(g500):
+    budget = resolve_budget(g500, 0.9)
+    best, info, _ = _search(g500, budget, max_moves=50)
+    again, info2, _ = _search(g500, budget, max_moves=50, lower_bound=best.objective)
+    assert info2["why"] == "at the lower bound" and info2["moves"] < 50 and again.objective == best.objective
+
+
+def test_min_peak_schedules_do_not_depend_on_the_budget(g500):
+    offers = {}
+    peaks = {}
+    for frac in (0.3, 0.6, 0.9):
+        budget = resolve_budget(g500, frac)
+        got = []
+        peaks[frac] = min_peak_schedules(g500, lambda name, res: got.append(res), budget)
+        offers[frac] = got
+        assert all(r.peak_memory_bytes <= budget for r in got)
+    assert peaks[0.3] == peaks[0.6] == peaks[0.9] is not None
+    assert len(offers[0.3]) <= len(offers[0.6]) <= len(offers[0.9])
+    assert min(r.peak_memory_bytes for r in offers[0.9]) == peaks[0.9]
+
+
+def _auto(g, budget):
+    # a limit so long that no DTR cap depends on the time, and a search that settles at once when it has a
+    # schedule: the result depends on the graph and the budget only
+    return solve(g, budget, method="auto", time_limit_s=600, memory_limit_bytes=10**6, stop_gap=10.0,
+                 patience_s=0.0)
+
+
+def test_feasibility_is_monotone_in_the_budget_and_the_hint_is_the_smallest_found(g500):
+    lower = g500.min_budget_lower_bound_bytes()
+    top = resolve_budget(g500, 0.35)
+    grid = sorted({int(b) for b in np.linspace(lower, top, 12)})
+    results = {b: _auto(g500, b) for b in grid}
+    ok = [b for b in grid if results[b].success]
+    assert ok, "nothing found anywhere on the grid"
+    first = ok[0]
+    assert all(results[b].success for b in grid if b >= first), \
+        {b: results[b].status.value for b in grid}   # a schedule at a budget is one at every larger budget
+    for b in grid:
+        res = results[b]
+        if res.success:
+            assert res.peak_memory_bytes <= b
+            continue
+        assert res.status is not SolveStatus.OPTIMAL
+        hint = res.stats.get("min_budget_bytes")
+        assert hint is not None and hint > b
+        assert hint <= first   # never above a budget at which auto succeeds
+        assert str(hint) in res.message
+    # the hint is a budget at which a schedule was found: auto succeeds there
+    hints = {results[b].stats["min_budget_bytes"] for b in grid if not results[b].success}
+    for hint in hints:
+        assert _auto(g500, hint).success
+
+
+def test_bad_search_options_are_named():
+    g = random_training_graph(4, seed=0)
+    with pytest.raises(ValueError, match="`stop_gap`"):
+        solve(g, 10**6, method="auto", stop_gap=-1)
+    with pytest.raises(ValueError, match="`patience_s`"):
+        solve(g, 10**6, method="auto", patience_s=float("nan"))
