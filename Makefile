@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test docs bench clean
+.PHONY: demo test docs bench bench-gpu clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,15 @@ docs: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
+
+# On a machine with a CUDA device: the `cuda` tests, then the model benchmark on the device (its table goes to
+# benchmarks/README.md under its own section, with the device's name). Refuses to run where torch sees no device.
+BENCH_GPU_ARGS ?= --device cuda
+bench-gpu: $(STAMP)
+	$(PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'bench-gpu: torch ' + torch.__version__ + ' sees no CUDA device')"
+	$(PY) -c "import torch; print('bench-gpu on', torch.cuda.get_device_name(), '/ torch', torch.__version__, '/ CUDA', torch.version.cuda)"
+	$(PY) -m pytest -m cuda -p no:cacheprovider tests
+	$(PY) benchmarks/bench_torch_models.py $(BENCH_GPU_ARGS)
 
 clean:
 	rm -rf $(VENV) docs/_build demo_out .pytest_cache
