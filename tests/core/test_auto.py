@@ -155,7 +155,10 @@ def test_a_skipped_msps_run_is_tried_again_while_nothing_fits(monkeypatch):
     res = solve(g, budget, method="auto", time_limit_s=20)
     assert res.success and res.peak_memory_bytes <= budget
     assert res.stats["tried"]["dtr(msps, rescue)"]["status"] == "feasible"
-    monkeypatch.setattr(auto, "_dtr_rescue", lambda *a, **k: None)   # the control: without it, nothing
+    # the control: without it (and without the anytime search's own runs), nothing
+    monkeypatch.setattr(auto, "_dtr_rescue", lambda *a, **k: None)
+    monkeypatch.setattr(auto, "_min_peak", lambda *a, **k: None)
+    monkeypatch.setattr(auto, "_anytime", lambda *a, **k: None)
     assert not solve(g, budget, method="auto", time_limit_s=20).success
 
 
@@ -174,3 +177,58 @@ def test_dtr_runs_that_thrash_do_not_outlast_the_limit(fraction):
     assert _time.perf_counter() - t0 <= 11.0
     assert res.status in (SolveStatus.FEASIBLE, SolveStatus.OPTIMAL, SolveStatus.NO_SOLUTION)
     assert not res.success or res.peak_memory_bytes <= budget
+
+
+class _FakeTime:
+    """``time`` for ``remat_core.solvers.auto``: ``perf_counter`` reads a value the test sets."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def perf_counter(self):
+        return self.now
+
+
+@pytest.mark.parametrize("gap,elapsed,settled", [
+    (0.0005, 0.0, True),    # within 0.1%: at once
+    (0.03, 1.0, False),     # within stop_gap but before the patience
+    (0.03, 8.5, True),      # within stop_gap after it
+    (0.10, 50.0, False),    # beyond stop_gap: the search goes on to the limit
+])
+def test_the_search_continues_only_while_it_pays(monkeypatch, gap, elapsed, settled):
+    import remat_core.solvers.auto as auto
+    from remat_core.schedule import RematResult
+
+    clock = _FakeTime()
+    monkeypatch.setattr(auto, "time", clock)
+    best = auto._Best(linear_graph(4), 10**6)
+    rule = auto._settled_rule(best, clock.now, 0.05, 8.0)
+    assert not rule()   # nothing found yet
+    best.result = RematResult(status=SolveStatus.FEASIBLE, objective=100.0 * (1 + gap))
+    best.lower_bound = 100.0
+    clock.now += elapsed
+    assert rule() is settled
+
+
+def test_the_exact_child_is_stopped_once_the_schedule_is_within_stop_gap():
+    """A 119-node transformer on the lp-rounding path (its LP alone takes many seconds): with no patience and
+    a schedule within 5% of its bound, auto stops the child and returns that schedule long before the limit.
+    The child cannot finish first: load only slows it down."""
+    from remat_core.zoo import zoo_graph
+
+    g = zoo_graph("torch_transformer_b4")
+    budget = resolve_budget(g, 0.5)
+    res = solve(g, budget, method="auto", time_limit_s=600, patience_s=0.0)
+    assert res.stats["path"] == "lp-rounding" and res.success and res.peak_memory_bytes <= budget
+    assert "stopped once" in res.stats["tried"]["lp-rounding"]["message"]
+    assert res.objective <= res.lower_bound * 1.05
+    assert res.solve_time_s < 300   # far from the limit: stopped, not timed out
+
+
+def test_a_large_gap_is_explained_in_the_result():
+    import remat_core.solvers.auto as auto
+
+    assert "within 3.0% of optimal" in auto._gap_note(0.03, "dtr", False)
+    far = auto._gap_note(0.2, "dtr", False)
+    assert "20.0%" in far and "both sides" in far
+    assert "MILP's proven bound" in auto._gap_note(0.2, "ilp", True)
