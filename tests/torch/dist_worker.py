@@ -33,12 +33,15 @@ import torch.nn.functional as F
 
 TIMEOUT = datetime.timedelta(seconds=60)  # every collective gives up after this
 STEPS = 3
+# the transformer's size; the tests use the defaults, benchmarks/bench_distributed.py sets larger ones
+D, LAYERS, SEQ, BATCH = (int(os.environ.get(f"REMAT_DIST_{k}", v))
+                         for k, v in (("D", 32), ("LAYERS", 2), ("SEQ", 32), ("BATCH", 4)))
 
 
 class Block(torch.nn.Module):
     """Pre-LN transformer block: causal self-attention and an MLP, residual around both."""
 
-    def __init__(self, d=32, heads=2):
+    def __init__(self, d, heads=2):
         super().__init__()
         self.heads = heads
         self.ln1 = torch.nn.LayerNorm(d)
@@ -60,7 +63,8 @@ class Block(torch.nn.Module):
 class TinyLM(torch.nn.Module):
     """Token embedding, ``n_layers`` blocks, final LayerNorm and head; returns the LM loss."""
 
-    def __init__(self, vocab=64, d=32, n_layers=2, seq=32):
+    def __init__(self, vocab=64, d=None, n_layers=None, seq=None):
+        d, n_layers, seq = d or D, n_layers or LAYERS, seq or SEQ
         super().__init__()
         self.tok = torch.nn.Embedding(vocab, d)
         self.pos = torch.nn.Parameter(torch.randn(seq, d) * 0.02)
@@ -76,7 +80,8 @@ class TinyLM(torch.nn.Module):
         return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
 
 
-def _batch(rank, step, batch=4, seq=32, vocab=64):
+def _batch(rank, step, batch=None, seq=None, vocab=64):
+    batch, seq = batch or BATCH, seq or SEQ
     g = torch.Generator().manual_seed(1000 * step + rank)  # each rank its own data, as a sampler gives
     ids = torch.randint(0, vocab, (batch, seq), generator=g)
     return ids, ids.roll(-1, dims=1)
