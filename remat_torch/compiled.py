@@ -1,0 +1,729 @@
+"""The compiled path: a ``torch.compile`` backend whose AOTAutograd partitioner is remat's solver.
+
+One line for the user::
+
+    compiled = torch.compile(model, backend=remat_torch.backend(budget=0.5))
+
+:func:`backend` returns a Dynamo backend. It hands each captured graph to
+Inductor (``torch._inductor.compile_fx.compile_fx``) with
+``custom_partitioner_fn`` set to a :class:`RematPartitioner`; Inductor runs its
+joint-graph passes, then calls the partitioner on the joint forward+backward
+graph, and compiles the two halves it returns. With ``inductor=False`` the
+same partitioner runs under AOTAutograd and the two halves run as plain FX
+graphs (no fusion; fast to compile, used by quick tests).
+
+What the partitioner does, per joint graph:
+
+1. the same preparation as PyTorch's ``min_cut_rematerialization_partition``
+   (dead code, CSE, recompute tags, forced saves, node classification);
+2. a memory model of what the compiled code really allocates
+   (:func:`module_peak_bytes`): views alias their base; with Inductor, a
+   pointwise node whose users all fuse with it is never materialized; buffers
+   are freed after their last reader; a pointwise kernel whose input dies
+   there writes in place;
+3. a :class:`remat_core.Graph` of the joint graph's materialized nodes (fused
+   pointwise chains folded into the node that consumes them, their cost
+   added), solved with :func:`remat_core.solve` under the budget; the values
+   the schedule keeps into the backward become the saved set, everything
+   else the backward needs is recomputed there;
+4. the forward and backward graphs built from the saved set
+   (``_extract_fwd_bwd_modules``), their peak re-checked with the memory model;
+   a plan over budget is never returned: the solver's budget is tightened by
+   the excess and it solves again. The plans PyTorch's own partitioner makes
+   (``activation_memory_budget`` knapsack levels) are candidates too; among the
+   plans within budget the one with the least estimated recomputation wins.
+
+Budgets: a float in [0, 1] is a fraction of activation memory (0 = the
+memory the step always holds: the gradients and outputs; 1 = the peak of
+``torch.compile``'s own default plan); an int or a size string such as
+``"64MiB"`` is total bytes above what was allocated before the step. An
+infeasible budget raises :class:`CompiledBudgetError` naming the smallest
+budget at which a plan was found.
+
+This module imports torch (AOTAutograd's partitioner helpers, Inductor) and
+``remat_core`` (graphs, :func:`remat_core.solve`, byte parsing); nothing from
+the rest of ``remat_torch``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import math
+import operator
+import os
+import time
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx as fx
+
+from remat_core import Graph, RematError, solve
+from remat_core.units import format_bytes, parse_bytes
+
+__all__ = ["backend", "RematPartitioner", "CompiledPlan", "CompiledBudgetError", "module_peak_bytes"]
+
+log = logging.getLogger(__name__)
+aten = torch.ops.aten
+
+
+class CompiledBudgetError(RematError, ValueError):
+    """The budget is below the smallest one at which a plan was found (both forms in the message)."""
+
+    def __init__(self, message: str, smallest_bytes: int | None = None, smallest_fraction: float | None = None):
+        super().__init__(message)
+        self.smallest_bytes = smallest_bytes
+        self.smallest_fraction = smallest_fraction
+
+
+@dataclasses.dataclass
+class CompiledPlan:
+    """What the partitioner chose for one joint graph (kept in :attr:`RematPartitioner.plans`).
+
+    Byte counts are above the level before the step (parameters and inputs not
+    counted); ``predicted_peak_bytes`` is the memory model's peak of the forward
+    and backward graphs as compiled.
+    """
+
+    budget_bytes: int
+    predicted_peak_bytes: int
+    fixed_bytes: int
+    default_peak_bytes: int
+    saved_bytes: int
+    recompute_cost: float
+    source: str
+    n_saved: int
+    n_recomputed: int
+    plan_time_s: float
+    candidates: list = dataclasses.field(default_factory=list)
+
+
+# ---------------------------------------------------------------- op classes
+
+def _op_types():
+    from torch._functorch.partitioners import get_default_op_list
+
+    return get_default_op_list()
+
+
+_OPS = None
+
+
+def _ops():
+    global _OPS
+    if _OPS is None:
+        _OPS = _op_types()
+    return _OPS
+
+
+# Views and reshapes that Inductor never materializes (the result aliases or re-indexes its input).
+_ALIAS_TARGETS = None
+
+
+def _alias_targets():
+    global _ALIAS_TARGETS
+    if _ALIAS_TARGETS is None:
+        prims = torch.ops.prims
+        _ALIAS_TARGETS = {aten.view, aten._unsafe_view, aten.reshape, aten.t, aten.transpose, aten.permute,
+                          aten.expand, aten.squeeze, aten.unsqueeze, aten.alias, aten.slice, aten.select,
+                          aten.as_strided, aten.split, aten.split_with_sizes, aten.unbind, aten.view_as_real,
+                          aten.view_as_complex, aten.diagonal, aten.narrow, prims.broadcast_in_dim}
+    return _ALIAS_TARGETS
+
+
+def _packet(node: fx.Node):
+    t = node.target
+    return getattr(t, "overloadpacket", t)
+
+
+def _is_alias(node: fx.Node) -> bool:
+    """A view (or a getitem of a multi-output node): owns no storage of its own."""
+    if node.op != "call_function":
+        return False
+    return node.target is operator.getitem or _packet(node) in _alias_targets()
+
+
+def _is_random(node: fx.Node) -> bool:
+    return node.op == "call_function" and _ops().is_random(node)
+
+
+def _is_pointwise(node: fx.Node) -> bool:
+    """Fusible by Inductor (pointwise ops and reductions, not random ops: their masks are saved)."""
+    return node.op == "call_function" and _ops().is_fusible(node) and not _is_alias(node)
+
+
+def _nbytes(node: fx.Node) -> int:
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return _hint(val.numel()) * val.dtype.itemsize
+    if isinstance(val, (list, tuple)):
+        return sum(_hint(v.numel()) * v.dtype.itemsize for v in val if isinstance(v, torch.Tensor))
+    return 0
+
+
+def _hint(x) -> int:
+    if isinstance(x, int):
+        return x
+    from torch.fx.experimental.symbolic_shapes import optimization_hint
+
+    return int(optimization_hint(x, fallback=4096))
+
+
+def _numel(node: fx.Node) -> int:
+    val = node.meta.get("val")
+    return _hint(val.numel()) if isinstance(val, torch.Tensor) else 0
+
+
+def _cost(node: fx.Node) -> float:
+    """Estimated time of ``node`` when it runs as a kernel of its own, in flop-equivalents.
+
+    Matrix products count 2 flops per multiply-add; every other op is
+    memory-bound: 4 flop-equivalents per byte it reads and writes.
+    """
+    if node.op != "call_function" or _is_alias(node):
+        return 0.0
+    p = _packet(node)
+    args = [a for a in node.args if isinstance(a, fx.Node)]
+    moved = _nbytes(node) + sum(_nbytes(a) for a in args)
+    flops = 0.0
+    try:
+        if p in (aten.mm, aten.addmm, aten.bmm, aten.baddbmm):
+            a, b = (node.args[1], node.args[2]) if p in (aten.addmm, aten.baddbmm) else (node.args[0], node.args[1])
+            k = a.meta["val"].shape[-1]
+            flops = 2.0 * _numel(node) * _hint(k)
+        elif p is aten.convolution or p is aten.convolution_backward:
+            w = node.args[1].meta["val"]
+            flops = 2.0 * _hint(sum(_hint(o.numel()) for o in ([node.meta["val"]] if p is aten.convolution
+                                                                 else [node.args[0].meta["val"]]))) \
+                * _hint(w.numel()) / max(1, _hint(w.shape[0]))
+            if p is aten.convolution_backward:
+                flops *= 2
+    except (AttributeError, KeyError, IndexError, TypeError):
+        flops = 0.0
+    return max(flops, 4.0 * moved, 1.0)
+
+
+# ---------------------------------------------------------------- memory model
+
+def _materialized_in(graph: fx.Graph, fused: bool) -> set:
+    """The call_function nodes of ``graph`` that own a buffer when compiled.
+
+    Without fusion every non-alias op allocates. With Inductor a pointwise
+    node is materialized only when a reader cannot fuse it (an extern kernel
+    such as a matrix product, through views too) or it leaves the graph.
+    """
+    out_node = next(n for n in reversed(graph.nodes) if n.op == "output")
+    outputs = {a for a in out_node.all_input_nodes}
+    mat = set()
+    for n in graph.nodes:
+        if n.op != "call_function" or _is_alias(n):
+            continue
+        if not fused or not _is_pointwise(n) or n in outputs:
+            mat.add(n)
+            continue
+        stack, seen = [n], set()
+        while stack:
+            cur = stack.pop()
+            for u in cur.users:
+                if u in seen:
+                    continue
+                seen.add(u)
+                if u.op == "output":
+                    mat.add(n)
+                elif _is_alias(u):
+                    if u in outputs:
+                        mat.add(n)
+                    stack.append(u)
+                elif not _is_pointwise(u):
+                    mat.add(n)
+            if n in mat:
+                break
+    return mat
+
+
+def module_peak_bytes(graph: fx.Graph, fused: bool, counted_inputs: set | None = None) -> tuple[int, int, dict]:
+    """Liveness simulation of one compiled graph: ``(peak, bytes held at exit, outputs' bytes by node)``.
+
+    Inputs named in ``counted_inputs`` are live at entry (and freed after
+    their last reader); other inputs are the caller's (not counted). Each
+    materialized node allocates its output, then the buffers whose last reader
+    it was are freed; a pointwise kernel writes into an input buffer of the
+    same size that dies there (Inductor's in-place reuse).
+    """
+    counted_inputs = counted_inputs or set()
+    mat = _materialized_in(graph, fused)
+    nodes = list(graph.nodes)
+    order = {n: i for i, n in enumerate(nodes)}
+    storage: dict = {}   # node -> frozenset of buffer-owning nodes its value reads
+    for n in nodes:
+        if n.op == "placeholder":
+            storage[n] = frozenset([n])
+        elif n in mat:
+            storage[n] = frozenset([n])
+        elif n.op == "call_function":
+            storage[n] = frozenset().union(*[storage.get(a, frozenset()) for a in n.all_input_nodes])
+    last = {}
+    out_node = nodes[-1]
+    for n in nodes:
+        if n.op == "output":
+            continue
+        if n in mat or n is out_node:
+            for a in n.all_input_nodes:
+                for s in storage.get(a, ()):
+                    last[s] = max(last.get(s, -1), order[n])
+    held = set()
+    for a in out_node.all_input_nodes:
+        held |= storage.get(a, frozenset())
+    live = sum(_nbytes(p) for p in nodes if p.op == "placeholder" and p in counted_inputs)
+    peak = live
+    alive = {p for p in nodes if p.op == "placeholder" and p in counted_inputs}
+    for n in nodes:
+        if n not in mat:
+            continue
+        size = _nbytes(n)
+        dying = [s for s in alive if last.get(s, -1) == order[n] and s not in held]
+        reuse = 0
+        if fused and _is_pointwise(n):
+            same = [s for s in dying if _nbytes(s) == size and s.op != "placeholder"]
+            if same:
+                reuse = size
+        live += size - reuse
+        peak = max(peak, live)
+        alive.add(n)
+        for s in dying:
+            alive.discard(s)
+            live -= _nbytes(s)
+        if reuse:
+            live += reuse   # the reused buffer was counted in the frees: it lives on as n's output
+        if last.get(n, -1) < 0 and n not in held:   # nobody reads it
+            alive.discard(n)
+            live -= size
+    out_bytes = {}
+    for a in out_node.all_input_nodes:
+        out_bytes[a.name] = sum(_nbytes(s) for s in storage.get(a, ()))
+    return peak, live, out_bytes
+
+
+# ---------------------------------------------------------------- partitioning helpers
+
+def _prepare(joint_module: fx.GraphModule, num_fwd_outputs: int, static_lifetime_input_indices):
+    """The preparation ``min_cut_rematerialization_partition`` does before choosing what to save."""
+    from torch._functorch import config as fconfig
+    from torch._functorch import partitioners as P
+    from torch._functorch.compile_utils import fx_graph_cse
+
+    joint_module.graph.eliminate_dead_code()
+    joint_module.recompile()
+    if fconfig.cse:
+        joint_module.graph = fx_graph_cse(joint_module.graph)
+    has_tags = P.has_recomputable_ops(joint_module)
+    has_rng_tags = P.has_recomputable_rng_ops(joint_module)
+    if has_tags:
+        joint_module = P.cleanup_recompute_tags(joint_module, is_default_partition=False)
+    if not fconfig.unsafe_allow_optimization_of_collectives:
+        P.force_save_collectives(joint_module)
+    P.force_save_effectful_ops(joint_module)
+    P.force_save_bw_mutation_src(joint_module)
+    node_info = P.classify_nodes(joint_module, static_lifetime_input_indices or [], num_fwd_outputs)
+    for node in reversed(joint_module.graph.nodes):   # what solve_min_cut reads
+        if node.op == "output" or node_info.is_required_fw(node):
+            node.dist_from_bw = int(1e9)
+            if node.op != "output":
+                for user in node.users:
+                    node.dist_from_bw = min(node.dist_from_bw, user.dist_from_bw + 1)
+        else:
+            node.dist_from_bw = 0
+    return joint_module, node_info, has_tags, has_rng_tags
+
+
+def _split(joint_module, saved: Sequence[fx.Node], node_info, num_fwd_outputs: int, finish: bool = False,
+           has_tags: bool = False, has_rng_tags: bool = False):
+    """Forward and backward modules for the saved set, as ``min_cut_rematerialization_partition`` builds them."""
+    from torch._functorch import partitioners as P
+    from torch._functorch._aot_autograd.graph_compile import is_opaque_node
+    from torch.fx.experimental.proxy_tensor import is_sym_node
+
+    saved = list(dict.fromkeys(saved))
+    sym = [n for n in saved if is_sym_node(n) and not P._is_assert_only_symbool(n)]
+    opaque = [n for n in saved if is_opaque_node(n)]
+    values = [n for n in saved if not is_sym_node(n) and not is_opaque_node(n)]
+    fw, bw = P._extract_fwd_bwd_modules(joint_module, values, saved_sym_nodes=sym, saved_opaque_nodes=opaque,
+                                        num_fwd_outputs=num_fwd_outputs,
+                                        static_lifetime_input_nodes=node_info.static_lifetime_input_nodes)
+    if finish and has_tags and has_rng_tags:
+        fw, bw = P.functionalize_rng_ops(joint_module, fw, bw, len(sym))
+    bw = P.reordering_to_mimic_autograd_engine(bw)
+    if finish:
+        fw = P.raise_getitems(fw)
+        bw = P.raise_getitems(bw)
+        fw = P.thread_graphsafe_rng_from_hops(fw, is_backward=False)
+        bw = P.thread_graphsafe_rng_from_hops(bw, is_backward=True)
+    return fw, bw, values
+
+
+def _tensors(nodes: list) -> list:
+    """Multi-output nodes replaced by their ``getitem`` users (only single values can be saved)."""
+    out = []
+    for n in nodes:
+        if isinstance(n.meta.get("val"), (list, tuple)):
+            out.extend(u for u in n.users if u.target is operator.getitem)
+        else:
+            out.append(n)
+    return out
+
+
+@dataclasses.dataclass
+class _Eval:
+    peak: int
+    fixed: int
+    saved_bytes: int
+    cost: float
+    n_saved: int
+    n_recomputed: int
+
+
+def _evaluate(fw: fx.GraphModule, bw: fx.GraphModule, num_fwd_outputs: int, fw_names: set, fused: bool) -> _Eval:
+    """Predicted peak of running ``fw`` then ``bw`` (above the level before the step) and the recomputation's cost."""
+    fw_peak, fw_end, fw_out = module_peak_bytes(fw.graph, fused)
+    fw_outputs = next(n for n in reversed(fw.graph.nodes) if n.op == "output").all_input_nodes
+    primals = {n.name for n in fw.graph.nodes if n.op == "placeholder"}
+    bw_inputs = [n for n in bw.graph.nodes if n.op == "placeholder"]
+    saved_names = {n.name for n in bw_inputs}
+    bw_inputs = [n for n in bw_inputs if n.name not in primals]   # parameters and inputs: already resident
+    saved_bytes = sum(_nbytes(n) for n in bw_inputs if not n.name.startswith("tangents"))
+    # what the caller holds through the backward: the forward's own outputs that are not also saved
+    user_only = sum(fw_out.get(n.name, 0) for n in fw_outputs[:num_fwd_outputs] if n.name not in saved_names)
+    bw_peak, bw_end, bw_out = module_peak_bytes(bw.graph, fused, counted_inputs=set(bw_inputs))
+    grads = sum(bw_out.values())
+    recomputed = [n for n in bw.graph.nodes if n.op == "call_function" and n.name in fw_names]
+    mat = _materialized_in(bw.graph, fused)
+    cost = sum(_cost(n) if (n in mat or not fused) else float(_numel(n)) for n in recomputed)
+    return _Eval(peak=max(fw_peak, user_only + bw_peak), fixed=user_only + grads, saved_bytes=saved_bytes,
+                 cost=cost, n_saved=len(bw_inputs), n_recomputed=len(recomputed))
+
+
+def _joint_graph(joint: fx.Graph, node_info, fused: bool, fixed_bytes: int, grads: set):
+    """A :class:`remat_core.Graph` of the joint graph's materialized nodes and the fx node behind each.
+
+    Fused pointwise chains are folded into the node that reads them (their
+    cost added to it); views read their base. Random ops get a prohibitive
+    cost (their masks cannot be recomputed). Gradients are fixed memory.
+    """
+    mat = _materialized_in(joint, fused)
+    order = [n for n in joint.nodes if n in mat]
+    feeds: dict = {}     # node -> (materialized nodes it reads, fused cost folded in)
+    for n in joint.nodes:
+        if n.op == "placeholder":
+            feeds[n] = (frozenset(), 0.0)
+        elif n in mat:
+            feeds[n] = (frozenset([n]), 0.0)
+        elif n.op == "call_function":
+            srcs, c = frozenset(), 0.0 if _is_alias(n) else float(_numel(n))
+            for a in n.all_input_nodes:
+                s, ca = feeds.get(a, (frozenset(), 0.0))
+                srcs |= s
+                c += ca
+            feeds[n] = (srcs, c)
+    total = sum(_cost(n) for n in order) or 1.0
+    last_fw = max((i for i, n in enumerate(order) if node_info.is_required_fw(n)), default=-1)
+    names, deps, cost, mem, bwd = [], [], [], [], []
+    index = {n: i for i, n in enumerate(order)}
+    for n in order:
+        d, c = set(), _cost(n)
+        for a in n.all_input_nodes:
+            s, ca = feeds.get(a, (frozenset(), 0.0))
+            d |= {index[x] for x in s if x is not n}
+            c += ca
+        if _is_random(n):
+            c = 1000.0 * total
+        names.append(n.name)
+        deps.append(sorted(d))
+        cost.append(c)
+        mem.append(0 if n in grads else _nbytes(n))
+        bwd.append(index[n] > last_fw)
+    g = Graph.from_arrays(deps, cost=cost, memory_bytes=mem, is_backward=bwd, names=names,
+                          fixed_bytes=int(fixed_bytes), name="joint")
+    return g, order
+
+
+def _project(graph: Graph, order: list, schedule) -> list:
+    """The forward values a schedule keeps into the backward: the saved set."""
+    import numpy as np
+
+    by_name = {n.name: n for n in order}
+    bwd = np.flatnonzero(graph.is_backward)
+    if not len(bwd):
+        return []
+    t = int(bwd[0])
+    return [by_name[graph.names[int(i)]] for i in schedule.S_row(t) if i < t]
+
+
+# ---------------------------------------------------------------- the partitioner
+
+def _fraction(budget) -> float | None:
+    if isinstance(budget, bool):
+        return None
+    if isinstance(budget, float):
+        return budget
+    return None
+
+
+def _check_budget(budget) -> None:
+    f = _fraction(budget)
+    if f is not None:
+        if not (math.isfinite(f) and 0.0 <= f <= 1.0):
+            raise ValueError(f"`budget` as a fraction of activation memory must be in [0, 1]; got {budget!r} "
+                             "(give bytes as an int or a size such as '64MiB')")
+    else:
+        parse_bytes(budget, "budget")
+
+
+# compile's own knapsack levels tried as candidate plans (activation_memory_budget values)
+_KNAPSACK_LEVELS = (0.8, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)
+
+
+try:
+    from torch._inductor.custom_graph_pass import CustomPartitionerFn as _PartitionerBase
+except ImportError:    # pragma: no cover - torch versions without custom partitioners are refused at import
+    _PartitionerBase = object
+
+
+class RematPartitioner(_PartitionerBase):
+    """AOTAutograd partitioner choosing the saved set with :func:`remat_core.solve` under ``budget``.
+
+    Called like ``min_cut_rematerialization_partition`` (joint module, joint
+    inputs, ``num_fwd_outputs=``, ``static_lifetime_input_indices=``) and returns
+    the forward and backward modules. Every plan it chose is appended to
+    :attr:`plans` (a :class:`CompiledPlan`).
+
+    Parameters
+    ----------
+    budget : float, int or str
+        A fraction of activation memory in [0, 1], or bytes (int or size string).
+    method : str
+        The :func:`remat_core.solve` method.
+    time_limit_s : float
+        The solver's time limit per call.
+    fused : bool
+        Whether the halves are compiled by Inductor (pointwise chains fused).
+    knapsack : bool
+        Whether compile's own ``activation_memory_budget`` plans are candidates too.
+    cache : bool
+        Whether Inductor may reuse this partitioner's plans across processes (see :meth:`uuid`).
+    """
+
+    def __init__(self, budget=0.5, *, method: str = "auto", time_limit_s: float = 5.0, fused: bool = True,
+                 knapsack: bool = True, cache: bool = False):
+        _check_budget(budget)
+        if not isinstance(time_limit_s, (int, float)) or not time_limit_s > 0:
+            raise ValueError(f"`time_limit_s` must be a positive number of seconds; got {time_limit_s!r}")
+        self.budget = budget
+        self.method = method
+        self.time_limit_s = float(time_limit_s)
+        self.fused = bool(fused)
+        self.knapsack = bool(knapsack)
+        self.cache = bool(cache)
+        self._nonce = os.urandom(16)
+        self.plans: list[CompiledPlan] = []
+
+    def uuid(self) -> Any:
+        """Inductor's cache key for graphs partitioned here.
+
+        With ``cache=False`` (the default) it is unique to this partitioner, so
+        every compile plans afresh and records its plan in :attr:`plans`
+        (compiled kernels are still cached). With ``cache=True`` it is a hash
+        of this file and the settings: a later process compiling the same graph
+        reuses the plan and the compiled code without calling the partitioner.
+        (``None`` would make the key equal to that of compile's own partitioner.)
+        """
+        h = hashlib.sha256(open(__file__, "rb").read())
+        h.update(repr((self.budget, self.method, self.time_limit_s, self.fused, self.knapsack)).encode())
+        if not self.cache:
+            h.update(self._nonce)
+        return h.hexdigest()
+
+    def __call__(self, joint_module: fx.GraphModule, joint_inputs: Any = None, *, num_fwd_outputs: int,
+                 static_lifetime_input_indices: list | None = None, **_: Any):
+        from torch._functorch import partitioners as P
+
+        start = time.perf_counter()
+        joint_module, node_info, has_tags, has_rng = _prepare(joint_module, num_fwd_outputs,
+                                                              static_lifetime_input_indices)
+        if not node_info.required_bw_nodes:
+            return P.default_partition(joint_module, joint_inputs, num_fwd_outputs=num_fwd_outputs,
+                                       static_lifetime_input_indices=static_lifetime_input_indices or [],
+                                       static_lifetime_input_nodes=node_info.static_lifetime_input_nodes)
+        joint = joint_module.graph
+        fw_names = {n.name for n in node_info.required_fw_nodes}
+        from torch.utils.checkpoint import CheckpointPolicy
+
+        forced = [n for n in node_info.required_fw_nodes
+                  if _is_random(n) or n.meta.get("recompute") == CheckpointPolicy.MUST_SAVE]
+        forced += [n for n in node_info.required_fw_nodes if n.op == "placeholder"]
+        candidates: list = []   # (source, saved, _Eval)
+
+        def consider(source: str, saved):
+            saved = list(dict.fromkeys(_tensors(list(saved) + forced)))
+            fw, bw, _ = _split(joint_module, saved, node_info, num_fwd_outputs)
+            ev = _evaluate(fw, bw, num_fwd_outputs, fw_names, self.fused)
+            candidates.append((source, saved, ev))
+            return ev
+
+        default = consider("compile-default", P.choose_saved_values_set(joint, node_info, memory_budget=1.0))
+        budget_bytes = self._resolve(default)
+        if self.knapsack and budget_bytes < default.peak:
+            for level in _KNAPSACK_LEVELS:
+                try:
+                    ev = consider(f"compile-knapsack-{level}",
+                                  P.choose_saved_values_set(joint, node_info, memory_budget=level))
+                except Exception as exc:    # a knapsack level the partitioner cannot build is skipped
+                    log.debug("compile's knapsack at %s failed: %s", level, exc)
+                    continue
+                if ev.peak <= budget_bytes and level < 0.5:
+                    break
+        if budget_bytes < default.peak:
+            self._solve(joint, node_info, default, budget_bytes, consider)
+        fitting = [c for c in candidates if c[2].peak <= budget_bytes]
+        if not fitting:
+            smallest = min(candidates, key=lambda c: c[2].peak)[2]
+            frac = (smallest.peak - default.fixed) / max(1, default.peak - default.fixed)
+            raise CompiledBudgetError(
+                f"`budget` {self._describe(budget_bytes, default)} is below the smallest budget at which a plan was "
+                f"found: {format_bytes(smallest.peak)} ({smallest.peak} bytes, {frac:.3f} of activation memory; "
+                f"compile's own plan peaks at {format_bytes(default.peak)}, the gradients and outputs alone take "
+                f"{format_bytes(default.fixed)})", smallest_bytes=smallest.peak, smallest_fraction=frac)
+        source, saved, ev = min(fitting, key=lambda c: (c[2].cost, c[2].peak))
+        fw, bw, _ = _split(joint_module, saved, node_info, num_fwd_outputs, finish=True, has_tags=has_tags,
+                           has_rng_tags=has_rng)
+        final = _evaluate(fw, bw, num_fwd_outputs, fw_names, self.fused)
+        if final.peak > budget_bytes:   # the finishing passes only reorder getitems; re-checked all the same
+            raise RematError(f"the chosen plan ({source}) peaks at {final.peak} bytes after finishing, over the "
+                             f"budget of {budget_bytes} bytes (a bug)")
+        plan = CompiledPlan(budget_bytes=budget_bytes, predicted_peak_bytes=final.peak, fixed_bytes=default.fixed,
+                            default_peak_bytes=default.peak, saved_bytes=final.saved_bytes,
+                            recompute_cost=final.cost, source=source, n_saved=final.n_saved,
+                            n_recomputed=final.n_recomputed, plan_time_s=time.perf_counter() - start,
+                            candidates=[(c[0], c[2].peak, c[2].cost) for c in candidates])
+        self.plans.append(plan)
+        log.info("remat partitioner: %s, predicted peak %s of budget %s, %d saved, %d recomputed, %.1f s",
+                 source, format_bytes(final.peak), format_bytes(budget_bytes), final.n_saved,
+                 final.n_recomputed, plan.plan_time_s)
+        return fw, bw
+
+    def _resolve(self, default: _Eval) -> int:
+        f = _fraction(self.budget)
+        if f is None:
+            return parse_bytes(self.budget, "budget")
+        return int(default.fixed + f * (default.peak - default.fixed))
+
+    @staticmethod
+    def _describe(budget_bytes: int, default: _Eval) -> str:
+        frac = (budget_bytes - default.fixed) / max(1, default.peak - default.fixed)
+        return f"{format_bytes(budget_bytes)} ({budget_bytes} bytes, {frac:.3f} of activation memory)"
+
+    def _solve(self, joint, node_info, default: _Eval, budget_bytes: int, consider) -> None:
+        """remat's solver on the joint graph; its saved set re-checked, the solver's budget tightened on excess."""
+        grads = set()
+        out = next(n for n in reversed(joint.nodes) if n.op == "output")
+        grads = {a for a in out.all_input_nodes if not node_info.is_required_fw(a)}
+        graph, order = _joint_graph(joint, node_info, self.fused, default.fixed, grads)
+        target = budget_bytes
+        deadline = time.perf_counter() + 4 * self.time_limit_s
+        for attempt in range(6):
+            if target <= graph.fixed_bytes:
+                return
+            left = deadline - time.perf_counter()
+            if left <= 0.5:
+                return
+            opts = {"time_limit_s": min(self.time_limit_s, left)} if self.method in ("auto", "ilp", "lp-rounding") \
+                else {}
+            res = solve(graph, int(target), method=self.method, **opts)
+            if not res.success:
+                log.info("remat partitioner: %s found no schedule at %s (%s)", self.method, format_bytes(target),
+                         res.message)
+                return
+            ev = consider(f"remat-{self.method}", _project(graph, order, res.schedule))
+            log.debug("remat partitioner: solver budget %d -> plan peak %d (budget %d)", target, ev.peak,
+                      budget_bytes)
+            if ev.peak <= budget_bytes:
+                return
+            target -= max(ev.peak - budget_bytes, 1) + (attempt * (ev.peak - budget_bytes))
+
+
+# ---------------------------------------------------------------- the backend
+
+def _interpreted(gm: fx.GraphModule, example_inputs) -> Callable:
+    """An uncompiled half that takes its arguments boxed and drops every value after its last reader."""
+    def run(args: list):
+        return fx.Interpreter(gm, garbage_collect_values=True).boxed_run(args)
+
+    run._boxed_call = True
+    return run
+
+
+def backend(budget=0.5, *, method: str = "auto", time_limit_s: float = 5.0, inductor: bool = True,
+            knapsack: bool = True, cache: bool = False) -> Callable:
+    """A ``torch.compile`` backend that trains within ``budget``: ``torch.compile(model, backend=backend(0.5))``.
+
+    Parameters
+    ----------
+    budget : float, int or str
+        A float in [0, 1] is a fraction of activation memory (1.0: the peak of
+        ``torch.compile``'s own plan; 0.0: the gradients and outputs alone); an
+        int or a size string (``"64MiB"``) is bytes above what was allocated
+        before the step.
+    method : str
+        The :func:`remat_core.solve` method (``"auto"`` by default).
+    time_limit_s : float
+        Time limit of each solver call.
+    inductor : bool
+        Compile the halves with Inductor (default); ``False`` runs them as FX
+        graphs (no fusion, quick to compile).
+    knapsack : bool
+        Also consider ``torch.compile``'s own ``activation_memory_budget`` plans.
+    cache : bool
+        Let Inductor's on-disk cache reuse the plan and compiled code in a later
+        process (the partitioner is then not called and records no plan).
+
+    Returns
+    -------
+    callable
+        The backend; its ``partitioner`` attribute is the :class:`RematPartitioner`
+        (``backend.partitioner.plans`` lists the plans made).
+
+    Raises
+    ------
+    ValueError
+        On a bad ``budget`` or ``time_limit_s`` (at once); :class:`CompiledBudgetError`
+        at the first step when the budget is below every plan found.
+
+    Examples
+    --------
+    >>> import torch, remat_torch
+    >>> model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    >>> be = remat_torch.backend(budget=1.0, inductor=False)
+    >>> step = torch.compile(model, backend=be)
+    >>> step(torch.randn(4, 8)).sum().backward()
+    >>> len(be.partitioner.plans)
+    1
+    """
+    partitioner = RematPartitioner(budget, method=method, time_limit_s=time_limit_s, fused=inductor,
+                                   knapsack=knapsack, cache=cache)
+
+    if inductor:
+        def remat_backend(gm: fx.GraphModule, example_inputs):
+            from torch._inductor.compile_fx import compile_fx
+
+            return compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": partitioner})
+    else:
+        def remat_backend(gm: fx.GraphModule, example_inputs):
+            from torch._dynamo.backends.common import aot_autograd
+
+            # as the "aot_eager" backend does, with this partitioner and an interpreter that frees each value
+            # (inputs included) after its last use, as compiled code does
+            return aot_autograd(fw_compiler=_interpreted, bw_compiler=_interpreted, partition_fn=partitioner,
+                                keep_inference_input_mutations=True)(gm, example_inputs)
+
+    remat_backend.partitioner = partitioner
+    return remat_backend
