@@ -26,12 +26,12 @@ What the runtime tracks
   counted once). Parameters, the inputs given to the model, and tensors made
   outside the block are fixed bytes: never evicted, not counted. So
   ``budget`` is a budget on activation memory (the tensors the forward and
-  backward pass create), in bytes (an ``int`` or a size string, see
-  :func:`remat_core.units.parse_bytes`). A fraction of the activation memory
-  needs that memory first: :func:`activation_peak_bytes` runs a step with
-  tracking only and returns it, so ``budget=int(0.5 *
-  activation_peak_bytes(step))`` is half of eager's activation memory.
-* **Cost.** Each operator's wall time, measured when it first runs.
+  backward pass create): bytes (an ``int`` or a size string, see
+  :func:`remat_core.units.parse_bytes`), or a fraction of eager's activation
+  memory, measured by the runtime's first block (run with tracking only).
+* **Cost.** Each operator's wall time, smoothed: the mean over the calls of
+  the same operator on arguments of the same shapes (this process's last ~32),
+  so one noisy measurement does not decide what is evicted.
 * **Staleness.** A logical clock advanced by every operator call; a value's
   staleness is the time since it was last read or written.
 
@@ -54,13 +54,22 @@ Training semantics (as in eager)
 * Operators that write into a tensor that is not the runtime's (BatchNorm's
   running statistics) write into a copy when replayed: the running
   statistics are updated once per step, as in eager.
-* An in-place operator on a runtime tensor gives it a new identity: the
-  value before the write stays recomputable by its old recipe for the
+* An in-place operator on a runtime tensor gives its storage a new value:
+  the value before the write stays recomputable by its old recipe for the
   tensors computed from it, and the new value's recipe replays the write on
-  a copy of the old one. In-place writes into views of runtime tensors are
-  refused (``NotImplementedError``).
-* When the block exits, the ``.grad`` of every leaf tensor the block read
-  becomes a plain tensor. Tensors returned from the block stay usable.
+  a copy of the old one. A write into a view (``shifted[..., 1:] = x``)
+  replays the write into the same view of a copy of the owner, and every
+  live view of the owner is re-derived from the new value. Writes the
+  runtime cannot replay (several outputs at once, ``_foreach_*_`` lists)
+  give a value that is never evicted.
+* An operator that writes into a tensor outside the runtime that recipes
+  read (an optimizer step updating a parameter inside the block) first
+  keeps a copy of that tensor's data, used by later replays of what was
+  computed from it; the copies are released when the block ends.
+* When the block ends, normally or by an exception, every tensor the block
+  made that is still referred to (returned tensors, ``.grad``, optimizer
+  state) becomes a plain ``torch.Tensor`` holding its data (a tensor with
+  autograd history keeps it), and the runtime lets go of everything else.
 
 Outputs are recomputed with the same kernels on the same inputs, so on CPU
 the gradients are those of eager execution bit for bit (the tests compare
@@ -74,22 +83,24 @@ operators; see ``benchmarks/README.md`` (section ``dtr``).
 
 from __future__ import annotations
 
-import contextlib
+import logging
+import math
 import sys
 import time
 import weakref
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from remat_core.errors import BudgetInfeasibleError
-from remat_core.units import format_bytes, parse_bytes
+from remat_core.units import _as_fraction, format_bytes, parse_bytes
 
 __all__ = ["dtr", "DTRRuntime", "DTRTensor", "activation_peak_bytes", "HEURISTICS"]
 
 HEURISTICS = ("h_dtr", "h_dtr_local", "lru", "largest")
 _aten = torch.ops.aten
+_log = logging.getLogger(__name__)
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -104,22 +115,34 @@ class _Value:
     """One tensor value the runtime manages: its data (or ``None`` when evicted) and how to recompute it."""
 
     __slots__ = ("tensor", "func", "args", "kwargs", "index", "siblings", "rng_state", "cost_s", "nbytes",
-                 "base", "views", "last_access", "pins", "wrappers", "unevictable", "__weakref__")
+                 "base", "views", "last_access", "pins", "wrappers", "refs", "unevictable", "versions",
+                 "__weakref__")
 
-    def __init__(self, func: Callable, args: Any, kwargs: Any, index: int, rng_state: Any, cost_s: float,
+    def __init__(self, func: Callable | None, args: Any, kwargs: Any, index: int, rng_state: Any, cost_s: list,
                  base: "_Value | None"):
         self.tensor: torch.Tensor | None = None
         self.func, self.args, self.kwargs, self.index = func, args, kwargs, index
         self.siblings: list[weakref.ref] = []   # the other outputs of the same call (refilled by one replay)
         self.rng_state = rng_state
-        self.cost_s = cost_s
+        self.cost_s = cost_s         # [count, mean seconds]: the smoothed cost's table entry (shared, live)
         self.nbytes = 0              # counted on the storage owner only (base is None)
         self.base = base             # the value whose storage this one views (its owner), or None
         self.views: weakref.WeakSet = weakref.WeakSet()
         self.last_access = 0
         self.pins = 0
         self.wrappers = 0            # live DTRTensor objects pointing at this value
-        self.unevictable = False
+        self.refs: list[weakref.ref] = []   # weak references to those wrappers (retargeted by in-place writes)
+        self.unevictable = func is None   # no recipe: its data cannot be recomputed
+        self.versions: tuple = ()    # (tensor, version) of the plain tensors its recipe reads
+
+
+class _Cell:
+    """What a wrapper's finalizer decrements: the wrapper's current value (an in-place write moves it)."""
+
+    __slots__ = ("v",)
+
+    def __init__(self, v: _Value):
+        self.v = v
 
 
 class DTRTensor(torch.Tensor):
@@ -135,12 +158,26 @@ class DTRTensor(torch.Tensor):
             device=like.device, layout=like.layout, requires_grad=False)
         r._v = value
         r._rt = runtime
+        r._cell = _Cell(value)
         value.wrappers += 1
-        weakref.finalize(r, runtime._wrapper_died, weakref.ref(value))
+        value.refs.append(weakref.ref(r))
+        runtime._finalizers.append(weakref.finalize(r, runtime._wrapper_died, r._cell))
         return r
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:
         return f"DTRTensor({self._rt.materialize(self._v)!r})"
+
+    # methods that read the data directly (not through an operator): on the data itself
+    def tolist(self) -> Any:
+        return self._rt.materialize(self._v).tolist()
+
+    def numpy(self, *, force: bool = False) -> Any:
+        if self.requires_grad and not force:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+        return self._rt.materialize(self._v).detach().numpy(force=force)
+
+    def __reduce_ex__(self, protocol: int) -> Any:   # torch.save / pickle / deepcopy: a plain tensor
+        return self._rt.materialize(self._v).detach().clone().__reduce_ex__(protocol)
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
@@ -175,39 +212,69 @@ class _Mode(TorchDispatchMode):
 
 
 class DTRRuntime:
-    """The state of one :func:`dtr` block: resident values, clock, budget and counters.
+    """The live DTR runtime: a context manager, entered once per block (it can be entered again).
 
     Attributes
     ----------
     budget_bytes : int or None
-        ``None``: track only, never evict.
+        The budget of the block being run; ``None``: track only, never evict
+        (also during the first block of a fractional budget, which measures
+        the baseline).
+    baseline_bytes : int or None
+        For a fractional budget: the activation memory that the first block
+        (run with tracking only) reached; later blocks get
+        ``int(fraction * baseline_bytes)``.
     stats : dict
-        ``peak_bytes`` (the largest tracked resident bytes), ``current_bytes``,
-        ``evictions``, ``rematerializations`` (operator replays),
-        ``operators`` (first-time operator calls).
+        Of the last block: ``peak_bytes`` (the largest tracked resident bytes),
+        ``current_bytes``, ``evictions``, ``rematerializations`` (operator
+        replays), ``operators`` (first-time operator calls), ``compute_s``
+        and ``recompute_s`` (smoothed operator time, first runs and replays).
     """
 
-    def __init__(self, budget_bytes: int | None, heuristic: str = "h_dtr", max_replay_factor: float = 50.0):
+    def __init__(self, budget: Any = None, heuristic: str = "h_dtr", max_replay_factor: float = 50.0):
         if heuristic not in HEURISTICS:
             raise ValueError(f"`heuristic` must be one of {', '.join(HEURISTICS)}; got {heuristic!r}")
         if isinstance(max_replay_factor, bool) or not isinstance(max_replay_factor, (int, float)) \
                 or not max_replay_factor > 0:
             raise ValueError(f"`max_replay_factor` must be a positive number; got {max_replay_factor!r}")
+        self.fraction: float | None = None
+        self.baseline_bytes: int | None = None
+        self._fixed_budget: int | None = None
+        if budget is not None:
+            f = _as_fraction(budget)
+            if f is None:
+                self._fixed_budget = parse_bytes(budget, "budget")
+            elif not (math.isfinite(f) and 0.0 < f <= 1.0):
+                raise ValueError(f"`budget` as a fraction of eager's activation memory must be in (0, 1]; got "
+                                 f"{budget!r} (give bytes as an int or a size such as '64MiB')")
+            else:
+                self.fraction = f
         self.max_replay_factor = float(max_replay_factor)
-        self.budget_bytes = budget_bytes
         self.heuristic = heuristic
+        self.budget_bytes: int | None = self._fixed_budget
+        self._active = False
+        self._closed = True
+        self._mode = _Mode(self)
+        self._reset()
+
+    def _reset(self) -> None:
         self.clock = 0
         self.current = 0
         self.resident: dict[int, _Value] = {}   # id -> storage owners holding data
         self.leaves: dict[int, weakref.ref] = {}   # the leaf tensors read in the block (for their .grad)
-        self.stats = dict(peak_bytes=0, current_bytes=0, evictions=0, rematerializations=0, operators=0)
-        self._mode = _Mode(self)
+        self._finalizers: list = []
+        self._read_plain: dict[int, tuple] = {}   # id -> (plain tensor recipes read, the last version read)
+        self._snapshots: dict[tuple, tuple] = {}   # (id, version) -> (tensor, copy of its data at that version)
+        self._kept: list[_Value] = []
+        self.stats = dict(peak_bytes=0, current_bytes=0, evictions=0, rematerializations=0, operators=0,
+                          compute_s=0.0, recompute_s=0.0)
 
     # ------------------------------------------------------------------ accounting
     def _charge(self, v: _Value) -> None:
         self.current += v.nbytes
         self.resident[id(v)] = v
-        self.stats["peak_bytes"] = max(self.stats["peak_bytes"], self.current)
+        if self.current > self.stats["peak_bytes"]:
+            self.stats["peak_bytes"] = self.current
         self.stats["current_bytes"] = self.current
 
     def _drop(self, owner: _Value) -> None:
@@ -219,10 +286,8 @@ class DTRRuntime:
             self.current -= owner.nbytes
             self.stats["current_bytes"] = self.current
 
-    def _wrapper_died(self, ref: weakref.ref) -> None:
-        v = ref()
-        if v is None:
-            return
+    def _wrapper_died(self, cell: _Cell) -> None:
+        v = cell.v
         v.wrappers -= 1
         self._free_if_dead(v)
 
@@ -241,7 +306,7 @@ class DTRRuntime:
             return float(v.last_access)
         if self.heuristic == "largest":
             return -m
-        cost = v.cost_s
+        cost = v.cost_s[1]
         if self.heuristic == "h_dtr":
             cost += self._evicted_ancestor_cost(v)
         return cost / (m * stale)
@@ -253,12 +318,12 @@ class DTRRuntime:
             for a in _flat(x.args, x.kwargs):
                 if isinstance(a, _Value) and id(a) not in seen and a.tensor is None:
                     seen.add(id(a))
-                    total += a.cost_s
+                    total += a.cost_s[1]
                     stack.append(a)
         return total
 
     def _make_room(self, need: int) -> None:
-        if self.budget_bytes is None:
+        if self.budget_bytes is None or self._closed:
             return
         while self.current + need > self.budget_bytes:
             best, best_score = None, 0.0
@@ -299,6 +364,21 @@ class DTRRuntime:
             v.base.pins += delta
 
     def _remat(self, v: _Value) -> None:
+        if v.func is None:
+            raise RuntimeError(
+                "remat_torch.dtr: a value was evicted whose recipe is gone (it was overwritten in place by an "
+                "operator the runtime cannot replay, or read after the block ended)")
+        subs = None
+        for t, version in v.versions:
+            if t._version != version:   # written in place since (an optimizer step): the copy made before
+                root = t if t._base is None else t._base
+                snap = self._snapshots.get((id(root), version))
+                if snap is None:
+                    raise RuntimeError(
+                        f"remat_torch.dtr: cannot recompute a value from {v.func}: a tensor outside the runtime "
+                        "that it reads was modified in place since, and no copy of its old data was kept")
+                subs = subs or {}
+                subs[id(t)] = snap[1].as_strided(t.size(), t.stride(), t.storage_offset() - root.storage_offset())
         parents = [a for a in _flat(v.args, v.kwargs) if isinstance(a, _Value)]
         done = []
         try:
@@ -311,13 +391,14 @@ class DTRRuntime:
                 self._make_room(v.nbytes)
             elif v.base.tensor is None:   # the owner was evicted too: recompute it first (counted there)
                 self._remat(v.base)
-            out = self._run(v.func, v.args, v.kwargs, v.rng_state, replay=True)[0]
+            out = self._run(v.func, v.args, v.kwargs, v.rng_state, replay=True, subs=subs)[0]
         finally:
             for p in done:
                 self._pin(p, -1)
         outs = out if isinstance(out, (tuple, list)) else (out,)
         self.stats["rematerializations"] += 1
-        if self.budget_bytes is not None and \
+        self.stats["recompute_s"] += v.cost_s[1]
+        if self.budget_bytes is not None and not self._closed and \
                 self.stats["rematerializations"] > self.max_replay_factor * max(self.stats["operators"], 100):
             raise BudgetInfeasibleError(
                 f"the DTR budget {format_bytes(self.budget_bytes)} thrashes: {self.stats['rematerializations']} "
@@ -330,7 +411,7 @@ class DTRRuntime:
         for ref in v.siblings:
             s = ref()
             if s is not None and s.tensor is None and s.base is None and (
-                    self.budget_bytes is None or self.current + s.nbytes <= self.budget_bytes):
+                    self.budget_bytes is None or self._closed or self.current + s.nbytes <= self.budget_bytes):
                 s.tensor = outs[s.index]
                 self._charge(s)
         # a parent no tensor refers to was only needed for this one: free it again (unless v views its storage)
@@ -341,10 +422,13 @@ class DTRRuntime:
     def _unwrap(self, a: Any) -> Any:
         return self.materialize(a) if isinstance(a, _Value) else a
 
-    def _run(self, func, vargs, vkwargs, rng_state, replay: bool) -> tuple[Any, float]:
+    def _run(self, func, vargs, vkwargs, rng_state, replay: bool, subs: dict | None = None) -> tuple[Any, float]:
         """Run ``func`` on the data of ``vargs``; on a replay, from the saved generator state and without
-        writing into tensors that are not the runtime's."""
+        writing into tensors that are not the runtime's (``subs``: old copies of tensors written since)."""
         args, kwargs = tree_map(self._unwrap, (vargs, vkwargs))
+        if subs:
+            args, kwargs = tree_map(lambda a: subs.get(id(a), a) if isinstance(a, torch.Tensor) else a,
+                                    (args, kwargs))
         if replay:
             args, kwargs = _copy_written(func, args, kwargs)
         saved = None
@@ -362,70 +446,166 @@ class DTRRuntime:
     # ------------------------------------------------------------------ the operator hook
     def call(self, func, args: Any, kwargs: dict) -> Any:
         """Run one operator call: pin and materialize the inputs, make room, run, wrap the outputs."""
+        if self._closed:   # after the block: the data itself, plain tensors out
+            a, k = tree_map(self._materialize_arg, (args, kwargs))
+            return func(*a, **k)
         if func is _aten._local_scalar_dense.default or func.overloadpacket in _PASSTHROUGH:
             a, k = tree_map(self._materialize_arg, (args, kwargs))
             return func(*a, **k)
         schema = func._schema
-        written = [i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
-        for a in _flat(args, kwargs):
+        written = _written_positions(func, schema)
+        flat = _flat(args, kwargs)
+        for a in flat:
             if isinstance(a, torch.Tensor) and not isinstance(a, DTRTensor) and a.is_leaf:
                 self.leaves.setdefault(id(a), weakref.ref(a))
+        targets, plain_written = _write_targets(schema, args, kwargs)
         vargs, vkwargs = tree_map(lambda a: a._v if isinstance(a, DTRTensor) else a, (args, kwargs))
-        in_values = [a for a in _flat(vargs, vkwargs) if isinstance(a, _Value)]
-        inplace_targets = [args[i] for i in written if i < len(args) and isinstance(args[i], DTRTensor)]
-        for t in inplace_targets:
-            if t._v.base is not None or any(w.wrappers for w in t._v.views):
-                raise NotImplementedError(
-                    f"remat_torch.dtr: in-place operator {func} writes into a view of a tensor the DTR runtime "
-                    "manages (or a tensor with live views); this is not supported")
+        in_values = [a._v for a in flat if isinstance(a, DTRTensor)]
         for v in in_values:
             self.materialize(v)
             self._pin(v, 1)
         try:
-            self._make_room(_new_bytes(func, args, kwargs, schema) if self.budget_bytes is not None else 0)
+            key = _key(func, args, kwargs)
+            self._make_room(_new_bytes(func, args, kwargs, schema, key) if self.budget_bytes is not None else 0)
             rng_state = torch.get_rng_state() if torch.Tag.nondeterministic_seeded in func.tags else None
-            if inplace_targets:
-                # the write gets a value of its own; the old value stays recomputable by its recipe
-                target = inplace_targets[0]
-                old = target._v
-                pos = next(i for i in written if i < len(args) and args[i] is target)
-                fn = _InplaceReplay(func, pos)
-                vargs = tuple(old if i == pos else a for i, a in enumerate(vargs))
-                new = _Value(fn, vargs, vkwargs, 0, rng_state, 0.0, None)
-                new.nbytes, new.last_access = old.nbytes, self.clock
-                new.tensor = old.tensor
-                out, cost = self._run(func, vargs, vkwargs, rng_state, replay=False)
-                new.cost_s = cost
-                # the old storage now holds the new value
-                old.tensor = None
-                self.resident.pop(id(old), None)
-                self.resident[id(new)] = new
-                self._retarget(target, new)
-                self.stats["operators"] += 1
-                return target if out is new.tensor or not isinstance(out, torch.Tensor) else \
-                    self._wrap_outputs(func, vargs, vkwargs, out, rng_state, cost, schema, args)
+            if plain_written:
+                self._before_plain_write(plain_written)
+            if targets:
+                return self._call_inplace(func, args, kwargs, vargs, vkwargs, rng_state, schema, written, targets,
+                                          key)
             out, cost = self._run(func, vargs, vkwargs, rng_state, replay=False)
         finally:
             for v in in_values:
                 self._pin(v, -1)
         self.stats["operators"] += 1
-        return self._wrap_outputs(func, vargs, vkwargs, out, rng_state, cost, schema, args)
+        return self._wrap_outputs(func, vargs, vkwargs, out, rng_state, _smoothed_cost(key, cost), schema, args,
+                                  written)
 
-    def _retarget(self, wrapper: DTRTensor, new: _Value) -> None:
-        old = wrapper._v
-        old.wrappers -= 1
-        wrapper._v = new
-        new.wrappers += 1
-        weakref.finalize(wrapper, self._wrapper_died, weakref.ref(new))
+    def _before_plain_write(self, tensors: list) -> None:
+        """An operator is about to write into a tensor that is not the runtime's and that recipes read (an
+        optimizer step updating the parameters): keep a copy of its data as the recipes read it, for the
+        replays of values computed from it (the gradients the step reads next may be evicted). The copies
+        live until the block ends; they are outside the budget, like the tensors they copy."""
+        for t in tensors:
+            root = t if t._base is None else t._base
+            got = self._read_plain.get(id(root))
+            if got is None or got[1] != root._version or (id(root), root._version) in self._snapshots:
+                continue
+            with torch.utils._python_dispatch._disable_current_modes(), torch.no_grad():
+                copy = torch.empty_strided(root.size(), root.stride(), dtype=root.dtype, device=root.device)
+                copy.copy_(root)
+            self._snapshots[(id(root), root._version)] = (root, copy)
+
+    def _call_inplace(self, func, args, kwargs, vargs, vkwargs, rng_state, schema, written, targets, key) -> Any:
+        """An operator that writes into runtime tensors: each owner written into gets a new value (the old
+        value stays recomputable by its recipe for what was computed from it), and every tensor viewing it
+        is moved to a view of the new value. The new value's recipe replays the write on a copy of the old
+        value when the operator writes into one positional argument; otherwise it cannot be evicted."""
+        owners: dict[int, _Value] = {}
+        for t in targets:
+            o = t._v.base or t._v
+            owners.setdefault(id(o), o)
+        pos = written[0] if written and written[0] < len(args) else None
+        single = len(owners) == 1 and pos is not None and isinstance(args[pos], DTRTensor) \
+            and sum(1 for i in written if i < len(args) and args[i] is not None) == 1 and len(targets) == 1
+        # the geometry of every live view of the owners, read before the write
+        views: dict[int, list] = {}
+        for k, old in owners.items():
+            views[k] = [(w, _geometry(w, old)) for w in list(old.views) if w.wrappers]
+            for w, g in views[k]:
+                if g is None:
+                    self.materialize(w)
+        fn = None
+        if single:
+            tv, old = args[pos]._v, next(iter(owners.values()))
+            if tv.base is None:
+                fn = _InplaceReplay(func, pos)
+            else:
+                g = _geometry(tv, old)
+                fn = None if g is None else _ViewWriteReplay(func, pos, *g)
+        versions = self._versions(vargs, vkwargs, written)
+        out, cost = self._run(func, vargs, vkwargs, rng_state, replay=False)
+        cost = _smoothed_cost(key, cost)
+        self.stats["operators"] += 1
+        self.stats["compute_s"] += cost[1]
+        for k, old in owners.items():
+            if fn is not None:
+                fargs = tuple(old if i == pos else a for i, a in enumerate(vargs))
+                new = _Value(fn, fargs, vkwargs, 0, rng_state, cost, None)
+                new.versions = versions
+            else:
+                new = _Value(None, None, None, 0, None, cost, None)
+                new.unevictable = True
+            new.nbytes, new.last_access, new.tensor = old.nbytes, self.clock, old.tensor
+            # the storage now holds the new value; the old one is evicted (recomputable by its recipe)
+            old.tensor = None
+            if self.resident.pop(id(old), None) is not None:
+                self.resident[id(new)] = new
+            self._move_wrappers(old, new)
+            for w, g in views[k]:
+                data, w.tensor = w.tensor, None
+                if g is None:   # a view that changes the dtype: it cannot be re-derived, so the owner stays
+                    new.unevictable = True
+                    nv = _Value(None, None, None, 0, None, [1, 0.0], new)
+                    nv.tensor = data
+                else:
+                    nv = _Value(_AsStrided(*g), (new,), {}, 0, None, [1, 0.0], new)
+                    nv.tensor = nv.func(new.tensor)
+                nv.last_access = self.clock
+                new.views.add(nv)
+                self._move_wrappers(w, nv)
+        # what an in-place operator returns is the tensor it wrote into
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        res = []
+        for idx, o in enumerate(outs):
+            arg = _aliased_argument(schema, idx, args, kwargs)
+            res.append(arg if arg is not None else o)
+        if isinstance(out, tuple):
+            return tuple(res)
+        if isinstance(out, list):
+            return res
+        return res[0] if res else out
+
+    def _move_wrappers(self, old: _Value, new: _Value) -> None:
+        """Point every live wrapper of ``old`` at ``new``."""
+        for ref in old.refs:
+            w = ref()
+            if w is not None and w._v is old:
+                w._v = new
+                w._cell.v = new
+                old.wrappers -= 1
+                new.wrappers += 1
+                new.refs.append(ref)
+        old.refs = [r for r in old.refs if r() is not None and r()._v is old]
+
+    def _versions(self, vargs: Any, vkwargs: Any, written: list[int]) -> tuple:
+        """The plain tensors a recipe reads, with their versions (the operator's own writes excluded)."""
+        out = []
+        for i, a in enumerate(vargs):
+            if i in written:
+                continue
+            if isinstance(a, torch.Tensor):
+                out.append((a, a._version))
+            elif isinstance(a, (list, tuple)):
+                out.extend((x, x._version) for x in a if isinstance(x, torch.Tensor))
+        for a in vkwargs.values():
+            if isinstance(a, torch.Tensor):
+                out.append((a, a._version))
+        for t, version in out:   # keyed by the tensor that owns the storage (a view shares its version counter)
+            root = t if t._base is None else t._base
+            self._read_plain[id(root)] = (root, version)
+        return tuple(out)
 
     def _materialize_arg(self, a: Any) -> Any:
         return self.materialize(a._v) if isinstance(a, DTRTensor) else a
 
-    def _wrap_outputs(self, func, vargs, vkwargs, out, rng_state, cost, schema, args) -> Any:
+    def _wrap_outputs(self, func, vargs, vkwargs, out, rng_state, cost, schema, args, written) -> Any:
         outs = out if isinstance(out, (tuple, list)) else (out,)
+        self.stats["compute_s"] += cost[1]
         plain_in = [a for a in _flat(args, {}) if isinstance(a, torch.Tensor)]
         made: list[_Value] = []
         wrapped = []
+        versions = None
         for idx, o in enumerate(outs):
             if not isinstance(o, torch.Tensor):
                 wrapped.append(o)
@@ -438,8 +618,11 @@ class DTRRuntime:
                 if base_wrapper is None:   # it aliases a tensor that is not ours: return it as it is
                     wrapped.append(o)
                     continue
+            if versions is None:
+                versions = self._versions(vargs, vkwargs, written)
             owner = None if base_wrapper is None else (base_wrapper._v.base or base_wrapper._v)
             v = _Value(func, vargs, vkwargs, idx, rng_state, cost, owner)
+            v.versions = versions
             v.tensor = o
             v.last_access = self.clock
             if owner is None:
@@ -459,21 +642,160 @@ class DTRRuntime:
 
     # ------------------------------------------------------------------ block
     def __enter__(self) -> "DTRRuntime":
+        if self._active:
+            raise RuntimeError("this DTR runtime is already running a block (blocks do not nest)")
+        self._reset()
+        if self.fraction is not None:
+            self.budget_bytes = None if self.baseline_bytes is None else max(1, int(self.fraction *
+                                                                                     self.baseline_bytes))
+        else:
+            self.budget_bytes = self._fixed_budget
+        self._closed = False
+        self._active = True
         self._mode.__enter__()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self._mode.__exit__(*exc)
-        if exc[0] is not None:
-            return
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            self._mode.__exit__(exc_type, exc, tb)
+        finally:
+            self._active = False
+            try:
+                self._finish()
+            except Exception:   # never hide the block's own exception behind a clean-up failure
+                if exc_type is None:
+                    raise
+                _log.exception("remat_torch.dtr: clean-up after an exception in the block failed")
+        if self.fraction is not None and self.baseline_bytes is None and exc_type is None:
+            self.baseline_bytes = int(self.stats["peak_bytes"])
+
+    def _finish(self) -> None:
+        """End of the block (also after an exception): every tensor the runtime made that is still referred to
+        becomes a plain tensor holding its data, and the runtime lets go of everything else."""
+        self._closed = True   # from here on nothing is evicted and operators return plain tensors
         for ref in self.leaves.values():
             leaf = ref()
             g = None if leaf is None else leaf.grad
             if isinstance(g, DTRTensor):
-                leaf.grad = self.materialize(g._v).clone()
+                leaf.grad = self.materialize(g._v).detach().clone()
+        self.leaves.clear()
+        live = []
+        for f in self._finalizers:
+            info = f.peek()
+            if info is not None:
+                f.detach()
+                live.append(info[0])
+            del info
+        self._finalizers = []
+        kept = []
+        # first materialize everything (with the recipes still in place), then swap
+        for w in live:
+            if isinstance(w, DTRTensor):
+                try:
+                    self.materialize(w._v)
+                except RuntimeError:   # its recipe is gone: it stays a wrapper without data
+                    _log.warning("remat_torch.dtr: a tensor of the block could not be recomputed at its end")
         for v in list(self.resident.values()):
-            self._free_if_dead(v)
-        self.budget_bytes = None   # what the block returns is read without a budget from here on
+            v.refs = []
+        for w in live:
+            if not isinstance(w, DTRTensor):
+                continue
+            w._v.refs = []
+            if w._v.tensor is not None:
+                if w.grad_fn is None:
+                    plain = w._v.tensor.detach()
+                    if w.requires_grad:
+                        plain.requires_grad_(True)
+                else:   # the same data with the same history: backward through it still reaches the graph
+                    plain = _Plain.apply(w)
+                try:
+                    torch.utils.swap_tensors(w, plain)
+                    continue
+                except RuntimeError:   # referred to from C++ (autograd's saved tensors): stays a wrapper
+                    pass
+                finally:
+                    plain = None
+            kept.append(w)
+        live = None
+        # the remaining wrappers hold their data; nothing is recomputed after the block
+        self.resident = {}
+        self.current = 0
+        keep_values = {}
+        for w in kept:
+            v = w._v
+            keep_values[id(v)] = v
+            if v.base is not None:
+                keep_values[id(v.base)] = v.base
+        for v in keep_values.values():
+            v.args = v.kwargs = v.versions = None
+            v.func, v.unevictable, v.siblings = None, True, []
+        self._kept = list(keep_values.values())
+        self._read_plain, self._snapshots = {}, {}
+        self.stats["current_bytes"] = 0
+class _Plain(torch.autograd.Function):
+    """Identity from a wrapper to a plain tensor holding its data, with the wrapper's history behind it."""
+
+    @staticmethod
+    def forward(ctx: Any, w: DTRTensor) -> torch.Tensor:
+        return w._v.tensor.detach()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad
+
+
+def _written_positions(func, schema) -> list[int]:
+    """Positions of the arguments the operator's schema marks as written (``Tensor(a!)``)."""
+    got = _WRITTEN.get(func)
+    if got is None:
+        got = _WRITTEN[func] = [i for i, a in enumerate(schema.arguments)
+                                if a.alias_info is not None and a.alias_info.is_write]
+    return got
+
+
+_WRITTEN: dict = {}
+
+
+def _write_targets(schema, args: tuple, kwargs: dict) -> tuple[list, list]:
+    """The runtime tensors and the plain tensors an operator writes into (lists such as ``_foreach_add_``'s
+    included)."""
+    targets: list = []
+    plain: list = []
+    for i, a in enumerate(schema.arguments):
+        if a.alias_info is None or not a.alias_info.is_write:
+            continue
+        x = args[i] if i < len(args) else kwargs.get(a.name)
+        for t in (x if isinstance(x, (list, tuple)) else (x,)):
+            if isinstance(t, DTRTensor):
+                targets.append(t)
+            elif isinstance(t, torch.Tensor):
+                plain.append(t)
+    return targets, plain
+
+
+def _aliased_argument(schema, idx: int, args: tuple, kwargs: dict) -> Any:
+    """The argument that return ``idx`` of an operator is (``Tensor(a!)`` in and out), or ``None``."""
+    if idx >= len(schema.returns):
+        return None
+    ret = schema.returns[idx].alias_info
+    if ret is None or not ret.is_write:
+        return None
+    for i, a in enumerate(schema.arguments):
+        if a.alias_info is not None and a.alias_info.is_write and set(a.alias_info.before_set) == \
+                set(ret.before_set):
+            return args[i] if i < len(args) else kwargs.get(a.name)
+    return None
+
+
+def _geometry(v: _Value, owner: _Value) -> tuple | None:
+    """Size, strides and offset (relative to the owner's) of the view value ``v``, read from a live wrapper
+    or its data; ``None`` when it has another dtype than its owner (``as_strided`` cannot re-derive it)."""
+    like = v.tensor
+    if like is None:
+        like = next((r() for r in v.refs if r() is not None), None)
+    if like is None or owner.tensor is None or like.dtype != owner.tensor.dtype:
+        return None
+    return tuple(like.size()), tuple(like.stride()), like.storage_offset() - owner.tensor.storage_offset()
 
 
 _PASSTHROUGH = {_aten.is_same_size, _aten.sym_size, _aten.sym_stride, _aten.sym_numel, _aten.sym_storage_offset,
@@ -483,6 +805,21 @@ _PASSTHROUGH = {_aten.is_same_size, _aten.sym_size, _aten.sym_stride, _aten.sym_
 # operators that write into arguments their schema does not mark as written (the running statistics)
 _UNANNOTATED_WRITES = {f: {3, 4} for f in (_aten.native_batch_norm.default, _aten.cudnn_batch_norm.default,
                                            _aten.miopen_batch_norm.default)}
+
+
+class _AsStrided:
+    """Re-derives a view from its owner's data (a view whose owner was written into in place)."""
+
+    tags = ()
+
+    def __init__(self, size: tuple, stride: tuple, offset: int):
+        self.size, self.stride, self.offset = size, stride, offset
+
+    def __call__(self, base: torch.Tensor) -> torch.Tensor:
+        return base.as_strided(self.size, self.stride, base.storage_offset() + self.offset)
+
+    def __repr__(self) -> str:
+        return f"as_strided({self.size}, {self.stride}, +{self.offset})"
 
 
 class _InplaceReplay:
@@ -500,6 +837,27 @@ class _InplaceReplay:
         return f"inplace({self.func})"
 
 
+class _ViewWriteReplay:
+    """Replays an in-place write into a view (argument ``pos``) on a copy of the view's owner, and returns the
+    whole owner: T5's ``shifted[..., 1:] = ids[..., :-1]``."""
+
+    def __init__(self, func, pos: int, size: tuple, stride: tuple, offset: int):
+        self.func, self.pos = func, pos
+        self.view = _AsStrided(size, stride, offset)
+        self.tags = func.tags
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        old = args[self.pos]
+        base = torch.empty_strided(old.size(), old.stride(), dtype=old.dtype, device=old.device)
+        base.copy_(old)
+        args = tuple(self.view(base) if i == self.pos else a for i, a in enumerate(args))
+        self.func(*args, **kwargs)
+        return base
+
+    def __repr__(self) -> str:
+        return f"view_write({self.func})"
+
+
 def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
     try:
         return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
@@ -509,22 +867,60 @@ def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def _copy_written(func, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """``args`` with every tensor the operator writes into copied (the replay must not write twice)."""
-    if isinstance(func, _InplaceReplay):
+    if not isinstance(func, torch._ops.OpOverload):
         return args, kwargs
     schema = func._schema
     names = [a.name for a in schema.arguments]
-    written = {i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write}
+    written = set(_written_positions(func, schema))
     written |= _UNANNOTATED_WRITES.get(func, set())
     if not written:
         return args, kwargs
-    args = tuple(a.clone() if i in written and isinstance(a, torch.Tensor) else a for i, a in enumerate(args))
-    kwargs = {k: (a.clone() if k in names and names.index(k) in written and isinstance(a, torch.Tensor) else a)
-              for k, a in kwargs.items()}
+
+    def copy(a: Any) -> Any:
+        if isinstance(a, torch.Tensor):
+            return a.clone()
+        if isinstance(a, (list, tuple)):
+            return type(a)(x.clone() if isinstance(x, torch.Tensor) else x for x in a)
+        return a
+
+    args = tuple(copy(a) if i in written else a for i, a in enumerate(args))
+    kwargs = {k: (copy(a) if k in names and names.index(k) in written else a) for k, a in kwargs.items()}
     return args, kwargs
 
 
 _NEW_BYTES_CACHE: dict = {}
 _NEW_BYTES_CACHE_SIZE = 4096
+_COST_TABLE: dict = {}
+_COST_TABLE_SIZE = 8192
+_MIN_COST_S = 1e-7
+
+
+def _key(func, args: tuple, kwargs: dict) -> Any:
+    """The operator and the signature of its arguments (:func:`_signature`), or ``None`` if unhashable."""
+    try:
+        return (func, _signature(args), _signature(kwargs))
+    except TypeError:
+        return None
+
+
+def _smoothed_cost(key: Any, measured_s: float) -> list:
+    """The mean of the wall times measured so far for ``key`` (an operator on arguments of one signature),
+    this one included: one slow or fast measurement no longer decides an eviction, so that the same budget
+    gives the same run after run. The mean is over the last ~32 measurements (exponential after that).
+    Returns the table's entry ``[count, mean_s]``: values read the mean as it is when they are scored."""
+    measured_s = max(float(measured_s), _MIN_COST_S)
+    if key is None:
+        return [1, measured_s]
+    got = _COST_TABLE.get(key)
+    if got is None:
+        if len(_COST_TABLE) >= _COST_TABLE_SIZE:
+            _COST_TABLE.pop(next(iter(_COST_TABLE)))
+        got = _COST_TABLE[key] = [1, measured_s]
+        return got
+    n = min(got[0] + 1, 32)
+    got[0] = n
+    got[1] += (measured_s - got[1]) / n
+    return got
 
 
 def _signature(a: Any) -> Any:
@@ -540,13 +936,13 @@ def _signature(a: Any) -> Any:
     return (type(a).__name__, a)
 
 
-def _new_bytes(func, args: tuple, kwargs: dict, schema) -> int:
+def _new_bytes(func, args: tuple, kwargs: dict, schema, key: Any = False) -> int:
     """Bytes of the new storages ``func`` will allocate: from a run on meta tensors (0 if it cannot run there),
     remembered per operator and argument signature (the meta run is most of the runtime's cost per small
     operator; benchmarks/README.md, section dtr)."""
-    try:
-        key = (func, _signature(args), _signature(kwargs))
-    except TypeError:
+    if key is False:
+        key = _key(func, args, kwargs)
+    if key is None:
         return _new_bytes_on_meta(func, args, kwargs, schema)
     got = _NEW_BYTES_CACHE.get(key)
     if got is None:
@@ -576,18 +972,21 @@ def _new_bytes_on_meta(func, args: tuple, kwargs: dict, schema) -> int:
     return total
 
 
-@contextlib.contextmanager
-def dtr(budget: Any = None, heuristic: str = "h_dtr", max_replay_factor: float = 50.0) -> Iterator[DTRRuntime]:
-    """Run the block under the live DTR runtime with ``budget`` bytes of activation memory.
+def dtr(budget: Any = None, heuristic: str = "h_dtr", max_replay_factor: float = 50.0) -> DTRRuntime:
+    """A live DTR runtime with ``budget`` of activation memory: ``with remat_torch.dtr(budget=...) as rt:``.
 
     Parameters
     ----------
-    budget : int, str or None
-        Bytes (``4096``, ``"2GiB"``; :func:`remat_core.units.parse_bytes`)
+    budget : int, str, float or None
+        Bytes (``4096``, ``"64MiB"``; :func:`remat_core.units.parse_bytes`)
         of activation memory: the storages that operators create inside the
-        block (parameters and inputs are not counted). ``None`` tracks only.
-        Fractions are not accepted here (use :func:`activation_peak_bytes`
-        for the baseline).
+        block (parameters and inputs are not counted). A float in ``(0, 1]``
+        (or ``"0.5x"``) is a fraction of eager's activation memory, measured
+        on the runtime's first block: that block runs with tracking only and
+        later blocks of the same runtime get the fraction of what it reached,
+        so keep the runtime and enter it once per step
+        (``rt = remat_torch.dtr(budget=0.5)``, then ``with rt: ...``).
+        ``None`` tracks only.
     heuristic : str
         ``"h_dtr"`` (default), ``"h_dtr_local"``, ``"lru"`` or ``"largest"``.
         ``h_dtr`` counts the evicted ancestors a value's recomputation would
@@ -597,10 +996,12 @@ def dtr(budget: Any = None, heuristic: str = "h_dtr", max_replay_factor: float =
         More operator replays than this many per operator run (at least 100
         operators counted) is thrashing: ``BudgetInfeasibleError``.
 
-    Yields
-    ------
+    Returns
+    -------
     DTRRuntime
-        Its ``stats`` give the tracked peak, evictions and rematerializations.
+        A context manager (re-enterable, one block at a time); its ``stats``
+        give the tracked peak, evictions and rematerializations of the last
+        block.
 
     Raises
     ------
@@ -610,10 +1011,7 @@ def dtr(budget: Any = None, heuristic: str = "h_dtr", max_replay_factor: float =
         Inside the block, when an operator's inputs and outputs do not fit
         with everything else evicted, or when the run thrashes.
     """
-    budget_bytes = None if budget is None else parse_bytes(budget, "budget")
-    rt = DTRRuntime(budget_bytes, heuristic, max_replay_factor)
-    with rt:
-        yield rt
+    return DTRRuntime(budget, heuristic, max_replay_factor)
 
 
 def activation_peak_bytes(step: Callable[[], Any]) -> int:
