@@ -64,6 +64,10 @@ _METHODS: dict[str, str | MethodFn] = {
 }
 
 
+#: The module behind ``solve(..., host_bandwidth=...)`` (offloading to host memory with remat).
+_HOST_TIER = "remat_core.host"
+
+
 def register_method(name: str, fn: str | MethodFn, *, overwrite: bool = False) -> None:
     """Register a method under ``name`` (a callable or ``"module:function"``).
 
@@ -164,6 +168,13 @@ def solve(graph: Graph, budget_bytes: int, method: str = "ilp", **options: Any) 
     budget = validate_budget(budget_bytes)
     if not isinstance(method, str):
         raise TypeError(f"`method` must be a string; got {method!r}")
+    if options.get("host_bandwidth") is not None:
+        # the host tier (remat_core.host) plans offloading with remat and verifies with its own simulator; it sits
+        # above the solvers, so it is reached by name like a registered method. None or 0: no host tier.
+        host = importlib.import_module(_HOST_TIER)
+        if host.validate_bandwidth(options["host_bandwidth"]) is not None:
+            return host.solve_offload(graph, budget, method=method, **options)
+    options.pop("host_bandwidth", None)
     fn = get_method(method)
     params = inspect.signature(fn).parameters
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):

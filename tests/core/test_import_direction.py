@@ -26,7 +26,7 @@ LAYERS = [
     {"simulate"},
     {"plan", "units", "formulation", "bounds"},
     {"solvers"},
-    {"batch", "sweep", "plot", "cli", "__init__"},
+    {"batch", "sweep", "plot", "cli", "__init__", "host"},
 ]
 LAYER_OF = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 

@@ -1,0 +1,39 @@
+"""The host tier: offloading values to host memory, combined with rematerialization.
+
+A value can be copied to host memory after its producer (``Offload``), dropped
+from the device, and copied back (``Prefetch``) before a later reader. Copies
+run on one copy stream that overlaps compute; a copy takes ``bytes /
+host_bandwidth`` seconds. What lives here:
+
+* ``plan``: the statements of a host plan (``Compute`` and ``Free`` from
+  :mod:`remat_core.plan`, plus ``Offload``, ``Prefetch`` and ``Wait``) and
+  :class:`HostPlan`;
+* ``simulate``: :func:`simulate_host`, the judge of every host plan (peak
+  device memory, peak host memory, time = compute + the stalls where a copy
+  is not hidden);
+* ``greedy``: offloads inserted into any remat plan until it fits a budget, and
+  the offload-everything plan of ``torch.autograd.graph.save_on_cpu``;
+* ``pofo``: the exact dynamic program over keep / offload / recompute on
+  chains;
+* ``solve``: :func:`solve_offload`, what ``remat_core.solve(...,
+  host_bandwidth=...)`` calls, returning a :class:`HostResult`.
+
+Imports: numpy, and the core modules below the package namespace (graph,
+chain, schedule, simulate, plan, units, errors, and ``solvers`` for the remat
+plans it starts from). Never torch or tensorflow, and no module below imports
+this package (``solvers.solve`` reaches it through its registry of methods).
+"""
+
+from .plan import HostPlan, Offload, Prefetch, Wait, host_plan_from_execution_plan
+from .simulate import (DEFAULT_FLOPS_PER_S, DEFAULT_HOST_BANDWIDTH, HostSimulation, cost_per_second,
+                       simulate_host, validate_bandwidth)
+from .greedy import offload_all_plan, offload_to_budget
+from .pofo import pofo_plan, pofo_solve
+from .solve import HostResult, solve_offload
+
+__all__ = [
+    "HostPlan", "Offload", "Prefetch", "Wait", "host_plan_from_execution_plan",
+    "HostSimulation", "simulate_host", "cost_per_second", "validate_bandwidth",
+    "DEFAULT_HOST_BANDWIDTH", "DEFAULT_FLOPS_PER_S",
+    "offload_to_budget", "offload_all_plan", "pofo_plan", "pofo_solve", "HostResult", "solve_offload",
+]

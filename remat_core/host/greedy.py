@@ -1,0 +1,252 @@
+"""Offloads added to a remat plan until it fits a budget; the offload-everything plan.
+
+:func:`offload_to_budget` starts from any schedule (a remat plan, or
+checkpoint-all) and its hoisted execution plan. While some computation is over
+the budget, it takes the one with the most excess memory and, among the values
+resident there but not read there, offloads the one whose copies are best
+hidden per byte freed: the value is dropped from the device for the stretch of
+its idle interval that is over the budget and prefetched right after it. The
+memory effect of each choice is exact (device memory is counted along the
+statements); the copies' overlap is estimated while choosing and the plan is
+then judged by :func:`~remat_core.host.simulate_host`.
+
+:func:`offload_all_plan` is what ``torch.autograd.graph.save_on_cpu`` does:
+every forward value a backward node reads is copied to the host when it is
+computed (the compute stream waits for the copy), dropped after its last
+forward reader, and copied back right before its first backward reader.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from typing import Any
+
+import numpy as np
+
+from ..graph import Graph
+from ..plan import Compute, ExecutionPlan, Free, make_plan, replay
+from ..schedule import Schedule
+from ..simulate import simulate
+from .plan import HostPlan, Offload, Prefetch, Wait
+from .simulate import cost_per_second, validate_bandwidth
+
+__all__ = ["offload_to_budget", "offload_all_plan"]
+
+#: Candidates scored per step of :func:`offload_to_budget` (the largest values resident at the peak).
+MAX_CANDIDATES = 64
+#: Weight of a copy's own length in a candidate's score: fewer bytes on the copy stream leave room for others.
+COPY_WEIGHT = 0.05
+
+
+def _base_plan(graph: Graph, base: Any) -> ExecutionPlan:
+    if isinstance(base, ExecutionPlan):
+        return base
+    if isinstance(base, Schedule):
+        return make_plan(graph, base, hoist=True)
+    raise TypeError(f"`base` must be a remat_core.Schedule or ExecutionPlan; got {type(base).__name__}")
+
+
+def offload_to_budget(graph: Graph, base: Any, budget_bytes: int, host_bandwidth: Any,
+                      cost_per_s: float | None = None) -> HostPlan | None:
+    """Add offloads to ``base`` until its device peak is within ``budget_bytes``.
+
+    Parameters
+    ----------
+    graph : Graph
+    base : Schedule or ExecutionPlan
+        The remat plan to start from (a schedule is planned with hoisting).
+    budget_bytes : int
+        Device bytes, fixed bytes included.
+    host_bandwidth : float or str
+        Bytes per second (``math.inf``: free copies).
+    cost_per_s : float, optional
+        Cost units per second (see :func:`~remat_core.host.cost_per_second`).
+
+    Returns
+    -------
+    HostPlan or None
+        ``None`` when some computation stays over the budget with every value
+        it does not read offloaded.
+
+    Examples
+    --------
+    >>> from remat_core import Schedule, checkpoint_all_peak_bytes
+    >>> from remat_core.host import simulate_host
+    >>> from remat_core.zoo import linear_graph
+    >>> g = linear_graph(6).replace(meta={"cost_unit": "s"})
+    >>> checkpoint_all_peak_bytes(g)
+    8
+    >>> plan = offload_to_budget(g, Schedule.checkpoint_all(g), 5, host_bandwidth=2.0)
+    >>> sim = simulate_host(g, plan, host_bandwidth=2.0)
+    >>> sim.peak_device_bytes, sim.recompute_count, sim.stall
+    (5, 0, 0.0)
+    """
+    bw = validate_bandwidth(host_bandwidth)
+    if bw is None:
+        raise ValueError("`host_bandwidth` must be a positive number of bytes/s to offload")
+    plan = _base_plan(graph, base)
+    cps = 1.0 if bw == math.inf else cost_per_second(graph, cost_per_s)
+    computes = plan.computes()
+    P = len(computes)
+    if P == 0:
+        return HostPlan(list(plan.statements), plan.num_nodes)
+    excess = replay(graph, plan).step_memory_bytes.astype(np.int64) - int(budget_bytes)
+    cost_at = np.array([float(graph.cost[c.node]) for c in computes])
+    csum = np.concatenate([[0.0], np.cumsum(cost_at)])
+    mem = graph.memory_bytes
+    nreg = max(c.register for c in computes) + 1
+    uses: list[list[int]] = [[] for _ in range(nreg)]
+    node_of = np.zeros(nreg, dtype=np.int64)
+    for p, c in enumerate(computes):
+        uses[c.register].append(p)
+        node_of[c.register] = c.node
+        for r in c.inputs:
+            if uses[r][-1] != p:
+                uses[r].append(p)
+    first = np.array([u[0] if u else 0 for u in uses], dtype=np.int64)
+    last = np.array([u[-1] if u else 0 for u in uses], dtype=np.int64)
+    nbytes = mem[node_of].astype(np.int64)
+
+    def ctime(b: int) -> float:
+        return 0.0 if bw == math.inf else b / bw * cps
+
+    windows: dict[int, list[tuple[int, int]]] = {}   # register -> [(lo, hi)] stretches off the device
+    while True:
+        p = int(np.argmax(excess))
+        if excess[p] <= 0:
+            break
+        cand = np.flatnonzero((first < p) & (last > p) & (nbytes > 0))
+        if len(cand) > MAX_CANDIDATES:
+            cand = cand[np.argsort(-nbytes[cand], kind="stable")[:MAX_CANDIDATES]]
+        best = None
+        for r in cand.tolist():
+            u = uses[r]
+            i = bisect.bisect_left(u, p)
+            if u[i] == p or any(lo <= p <= hi for lo, hi in windows.get(r, ())):
+                continue   # read here, or already off the device here
+            a, b = u[i - 1], u[i]
+            nz = np.flatnonzero(excess[a + 1:b] > 0)
+            lo, hi = a + 1 + int(nz[0]), a + 1 + int(nz[-1])
+            c_in = ctime(int(nbytes[r]))
+            c_out = 0.0 if r in windows else c_in
+            lead_out = csum[lo] - csum[first[r] + 1]
+            lead_in = csum[b] - csum[hi + 1]
+            est = max(0.0, c_out - lead_out) + max(0.0, c_in - lead_in)
+            benefit = min(int(nbytes[r]), int(excess[p]))
+            key = ((est + COPY_WEIGHT * (c_in + c_out)) / benefit, -int(nbytes[r]), r)
+            if best is None or key < best[0]:
+                best = (key, r, lo, hi)
+        if best is None:
+            return None
+        _, r, lo, hi = best
+        excess[lo:hi + 1] -= nbytes[r]
+        windows.setdefault(r, []).append((lo, hi))
+    return _emit(plan, computes, windows, node_of, nreg)
+
+
+def _emit(plan: ExecutionPlan, computes: list[Compute], windows: dict, node_of: np.ndarray, nreg: int) -> HostPlan:
+    """The base plan's statements with the offloads, frees and prefetches of ``windows`` inserted."""
+    before: dict[int, list[tuple[str, int]]] = {}
+    after: dict[int, list[int]] = {}
+    first = {c.register: p for p, c in enumerate(computes)}
+    for r, ws in windows.items():
+        after.setdefault(first[r], []).append(r)
+        for lo, hi in ws:
+            before.setdefault(lo, []).append(("free", r))
+            before.setdefault(hi + 1, []).append(("prefetch", r))
+    cur = {}
+    next_reg = nreg
+    out: list = []
+    p = 0
+    for s in plan.statements:
+        if isinstance(s, Compute):
+            acts = sorted(before.get(p, ()), key=lambda a: a[0] != "free")
+            for kind, r in acts:
+                if kind == "free":
+                    out.append(Free(cur.get(r, r), int(node_of[r])))
+                else:
+                    out.append(Prefetch(int(node_of[r]), r, next_reg))
+                    cur[r] = next_reg
+                    next_reg += 1
+            out.append(Compute(s.node, s.register, tuple(cur.get(r, r) for r in s.inputs), s.stage))
+            for r in after.get(p, ()):
+                out.append(Offload(r, int(node_of[r])))
+            p += 1
+        else:
+            out.append(Free(cur.get(s.register, s.register), s.node))
+    return HostPlan(out, plan.num_nodes)
+
+
+def offload_all_plan(graph: Graph) -> HostPlan:
+    """The plan of ``torch.autograd.graph.save_on_cpu``: every value saved for the backward goes to the host.
+
+    Checkpoint-all, where each forward value read by a backward node is
+    copied to the host right after it is computed (a synchronous copy: the
+    compute stream waits), freed after its last forward reader and copied back
+    right before its first backward reader (which waits for the copy).
+
+    Examples
+    --------
+    >>> from remat_core.zoo import linear_graph
+    >>> offload_all_plan(linear_graph(3))
+    <HostPlan: 7 computes, 4 offloads, 4 prefetches>
+    """
+    if not isinstance(graph, Graph):
+        raise TypeError(f"`graph` must be a remat_core.Graph; got {type(graph).__name__}")
+    sched = Schedule.checkpoint_all(graph)
+    simulate(graph, sched, timeline=False)
+    plan = make_plan(graph, sched, hoist=True)
+    bwd = graph.is_backward
+    users = graph.users
+    saved = {k for k in range(graph.n) if not bwd[k] and any(bwd[u] for u in users[k])}
+    out: list = []
+    cur: dict[int, int] = {}
+    reg_of_node: dict[int, int] = {}
+    next_reg = plan.num_registers
+    computes = plan.computes()
+    # the last forward read of each saved register, by position among the computes
+    last_fwd: dict[int, int] = {}
+    for p, c in enumerate(computes):
+        if c.node in saved:
+            reg_of_node[c.node] = c.register
+            last_fwd[c.register] = p
+        if not bwd[c.node]:
+            for r in c.inputs:
+                if r in last_fwd:
+                    last_fwd[r] = p
+    first_pos = {c.register: q for q, c in enumerate(computes)}
+    last_read: dict[int, int] = {}
+    for q, c in enumerate(computes):
+        for r in c.inputs:
+            last_read[r] = q
+    free_at: dict[int, list[int]] = {}
+    for r, q in last_fwd.items():
+        free_at.setdefault(q, []).append(r)
+    dropped: set[int] = set()
+    p = 0
+    for s in plan.statements:
+        if isinstance(s, Compute):
+            if bwd[s.node]:
+                for r in s.inputs:
+                    if r in dropped:
+                        dropped.discard(r)
+                        out.append(Prefetch(int(computes[first_pos[r]].node), r, next_reg))
+                        cur[r] = next_reg
+                        next_reg += 1
+            out.append(Compute(s.node, s.register, tuple(cur.get(r, r) for r in s.inputs), s.stage))
+            if s.register in last_fwd:
+                out += [Offload(s.register, s.node), Wait(s.register)]
+            for r in free_at.get(p, ()):
+                if r not in dropped and r not in cur and last_read.get(r, -1) > p:
+                    out.append(Free(r, int(computes[first_pos[r]].node)))
+                    dropped.add(r)
+            p += 1
+        else:
+            if s.register in dropped:   # never read back (no backward reader after all)
+                dropped.discard(s.register)
+                out.append(Free(s.register, s.node))
+                continue
+            out.append(Free(cur.get(s.register, s.register), s.node))
+    return HostPlan(out, plan.num_nodes)
+

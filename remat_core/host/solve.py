@@ -1,0 +1,197 @@
+"""Planning with a host tier: what ``remat_core.solve(..., host_bandwidth=...)`` runs.
+
+:func:`solve_offload` tries, at one device budget:
+
+* remat alone: the remat method's plan at the budget (no copies);
+* the joint plans: the remat method's plans at budgets from the budget up to
+  checkpoint-all's peak, and checkpoint-all itself, each with offloads added
+  until it fits (:func:`~remat_core.host.offload_to_budget`); on a chain
+  training graph also the POFO dynamic program (:mod:`remat_core.host.pofo`);
+* offload alone: every value saved for the backward on the host, as
+  ``save_on_cpu`` does (:func:`~remat_core.host.offload_all_plan`);
+
+and returns the fastest plan that fits, judged by
+:func:`~remat_core.host.simulate_host` (time = compute + stalls). So the
+joint plan is never slower than remat alone or offload alone at the same
+budget, when those fit. ``method="pofo"`` and ``method="offload-all"`` ask
+for one of them only. Without a bandwidth (``None`` or ``0``) nothing
+changes: the call is :func:`remat_core.solve` without the host tier.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..chain import is_chain
+from ..errors import ScheduleVerificationError
+from ..graph import Graph
+from ..schedule import RematResult, Schedule, SolveStatus
+from ..simulate import checkpoint_all_peak_bytes
+from .greedy import offload_all_plan, offload_to_budget
+from .plan import HostPlan
+from .pofo import pofo_plan, pofo_solve
+from .simulate import HostSimulation, simulate_host, validate_bandwidth
+
+__all__ = ["HostResult", "solve_offload", "HOST_METHODS"]
+
+log = logging.getLogger(__name__)
+
+#: Methods that exist only with a host tier; any other name is the remat method the joint plans start from.
+HOST_METHODS = ("pofo", "offload-all")
+
+
+@dataclass(repr=False)
+class HostResult(RematResult):
+    """A :class:`~remat_core.RematResult` with a host plan.
+
+    ``objective`` is the simulated time (compute + stalls, in the graph's cost
+    unit) and ``peak_memory_bytes`` the simulated device peak; ``schedule`` is
+    the remat schedule the plan started from (``None`` for a POFO plan).
+
+    Attributes
+    ----------
+    host_plan : HostPlan or None
+    host_bandwidth : float
+    peak_host_bytes : int or None
+    simulation : HostSimulation or None
+    """
+
+    host_plan: HostPlan | None = None
+    host_bandwidth: float = 0.0
+    peak_host_bytes: int | None = None
+    simulation: HostSimulation | None = None
+    candidates: list = field(default_factory=list)
+
+    @property
+    def success(self) -> bool:
+        return self.host_plan is not None
+
+    def __repr__(self) -> str:
+        parts = [f"status={self.status.value}", f"method={self.method!r}"]
+        if self.objective is not None:
+            parts += [f"time={self.objective:g}", f"peak={self.peak_memory_bytes}/{self.budget_bytes}",
+                      f"host={self.peak_host_bytes}"]
+        return f"HostResult({', '.join(parts)})"
+
+
+def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_bandwidth: Any = None,
+                  cost_per_s: float | None = None, base_budgets: int = 5, **options: Any) -> RematResult:
+    """The fastest plan within ``budget_bytes`` with remat, offloading, or both.
+
+    Parameters
+    ----------
+    graph : Graph
+    budget_bytes : int
+        Device bytes, fixed bytes included.
+    method : str
+        ``"pofo"`` (chains), ``"offload-all"``, or a remat method (default
+        ``"auto"``) whose plans the joint search starts from.
+    host_bandwidth : float or str
+        Bytes per second (``"16GB/s"``, ``16e9``, ``math.inf``); ``None`` or
+        ``0``: no host tier (the result of :func:`remat_core.solve`).
+    cost_per_s : float, optional
+        Cost units per second (default: from ``graph.meta["cost_unit"]``).
+    base_budgets : int
+        How many remat plans the joint search starts from (budgets spaced
+        geometrically from ``budget_bytes`` to checkpoint-all's peak).
+    **options
+        Passed to the remat method.
+
+    Returns
+    -------
+    HostResult
+        Or the plain :class:`~remat_core.RematResult` without a bandwidth.
+
+    Raises
+    ------
+    TypeError, ValueError
+        On a bad argument (named).
+    ScheduleVerificationError
+        If a plan's simulated device peak is over the budget (a bug).
+
+    Examples
+    --------
+    >>> import math
+    >>> from remat_core import solve
+    >>> from remat_core.zoo import linear_graph
+    >>> g = linear_graph(8).replace(meta={"cost_unit": "s"})
+    >>> res = solve(g, 6, method="checkpoint-all", host_bandwidth=math.inf)
+    >>> res.status.value, res.objective, res.stats["recomputations"], res.peak_memory_bytes <= 6
+    ('feasible', 17.0, 0, True)
+    """
+    from ..solvers import solve as remat_solve, validate_budget
+
+    if not isinstance(graph, Graph):
+        raise TypeError(f"`graph` must be a remat_core.Graph; got {type(graph).__name__}")
+    budget = validate_budget(budget_bytes)
+    bw = validate_bandwidth(host_bandwidth)
+    if not isinstance(method, str):
+        raise TypeError(f"`method` must be a string; got {method!r}")
+    if bw is None:
+        return remat_solve(graph, budget, method=method, **options)
+    if isinstance(base_budgets, bool) or not isinstance(base_budgets, int) or base_budgets < 1:
+        raise ValueError(f"`base_budgets` must be a positive integer; got {base_budgets!r}")
+    start = time.perf_counter()
+    cands: list[tuple[str, HostPlan, Schedule | None]] = []
+    if method == "pofo":
+        cands += _pofo(graph, budget, bw, cost_per_s, options)
+    elif method == "offload-all":
+        cands.append(("offload-all", offload_all_plan(graph), Schedule.checkpoint_all(graph)))
+    else:
+        top = checkpoint_all_peak_bytes(graph)
+        ladder = sorted({int(budget * (top / budget) ** (i / base_budgets)) for i in range(base_budgets)}
+                        | {budget}) if budget < top else []
+        bases: list[tuple[str, Schedule]] = []
+        for b in ladder:
+            res = remat_solve(graph, b, method=method, **options)
+            if res.success:
+                bases.append((f"{method} at {b} bytes", res.schedule))
+        bases.append(("checkpoint-all", Schedule.checkpoint_all(graph)))
+        for name, sched in bases:
+            plan = offload_to_budget(graph, sched, budget, bw, cost_per_s)
+            if plan is not None:
+                cands.append((name + (" + offload" if plan.num_offloads else ""), plan, sched))
+        cands.append(("offload-all", offload_all_plan(graph), Schedule.checkpoint_all(graph)))
+        if is_chain(graph):
+            cands += _pofo(graph, budget, bw, cost_per_s, {})
+    best = None
+    table = []
+    for name, plan, sched in cands:
+        sim = simulate_host(graph, plan, bw, cost_per_s)
+        table.append({"plan": name, "time": sim.time, "peak_device_bytes": sim.peak_device_bytes,
+                      "fits": sim.peak_device_bytes <= budget})
+        if sim.peak_device_bytes > budget:
+            if name.startswith(("pofo", "offload-all")):
+                continue   # these are not built for a budget: not fitting is an answer, not a bug
+            raise ScheduleVerificationError(f"host plan {name!r} simulated at {sim.peak_device_bytes} bytes, over the "
+                                            f"budget {budget} bytes")
+        key = (sim.time, sim.copied_bytes, sim.recompute_count)
+        if best is None or key < best[0]:
+            best = (key, name, plan, sched, sim)
+    res = HostResult(status=SolveStatus.INFEASIBLE, budget_bytes=budget, method=method, host_bandwidth=bw,
+                     candidates=table)
+    res.solve_time_s = time.perf_counter() - start
+    if best is None:
+        res.message = f"no plan with remat and offloading fits {budget} bytes"
+        res.stats["candidates"] = table
+        return res
+    _, name, plan, sched, sim = best
+    res.status = SolveStatus.FEASIBLE
+    res.schedule, res.host_plan, res.simulation = sched, plan, sim
+    res.objective, res.peak_memory_bytes, res.peak_host_bytes = sim.time, sim.peak_device_bytes, sim.peak_host_bytes
+    res.message = f"{name}: time {sim.time:g} (compute {sim.compute_cost:g}, stalls {sim.stall:g})"
+    res.stats.update(plan=name, compute_cost=sim.compute_cost, stall=sim.stall, recomputations=sim.recompute_count,
+                     offloaded_values=len(plan.offloaded_nodes()), copied_bytes=sim.copied_bytes,
+                     peak_host_bytes=sim.peak_host_bytes, host_bandwidth=bw, candidates=table)
+    return res
+
+
+def _pofo(graph: Graph, budget: int, bw: float, cost_per_s: float | None, options: dict) -> list:
+    labels, _ = pofo_solve(graph, budget, bw, cost_per_s, **options)
+    if labels is None:
+        return []
+    return [("pofo " + "".join(labels), pofo_plan(graph, labels), None)]

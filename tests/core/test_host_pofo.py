@@ -1,0 +1,98 @@
+"""POFO on chains: the dynamic program equals exhaustive search over keep / offload / recompute."""
+
+import itertools
+import math
+import random
+
+import pytest
+
+from remat_core import Graph, GraphValidationError, Node, checkpoint_all_peak_bytes
+from remat_core.host import pofo_plan, pofo_solve, simulate_host
+from remat_core.host.pofo import pofo_units
+from remat_core.zoo import linear_graph, random_training_graph
+
+
+def _chain(n, seed, reads_input):
+    """A chain training graph with ``n`` forward stages (``n + 1`` with the loss) and random sizes and costs."""
+    rng = random.Random(seed)
+    nodes = [Node(f"f{j}", cost=rng.randint(1, 5), memory_bytes=rng.randint(1, 6), workspace_bytes=rng.randint(0, 2),
+                  deps=(f"f{j - 1}",) if j else ()) for j in range(n)]
+    nodes.append(Node("loss", cost=1, memory_bytes=1, deps=(f"f{n - 1}",)))
+    for j in range(n - 1, -1, -1):
+        deps = ["loss" if j == n - 1 else f"b{j + 1}", f"f{j}"] + ([f"f{j - 1}"] if reads_input and j else [])
+        nodes.append(Node(f"b{j}", cost=rng.randint(1, 8), memory_bytes=rng.randint(1, 6),
+                          workspace_bytes=rng.randint(0, 2), is_backward=True, deps=tuple(deps)))
+    return Graph(nodes, fixed_bytes=rng.randint(0, 3), meta={"cost_unit": "s"})
+
+
+def _exhaustive(g, n, bw):
+    """(peak, time, labels) of every labelling, each judged by the simulator."""
+    out = []
+    for labels in itertools.product(*([("K", "O", "R")] * (n - 1) + [("K", "R")])):
+        sim = simulate_host(g, pofo_plan(g, labels), host_bandwidth=bw)
+        out.append((sim.peak_device_bytes, sim.time, labels))
+    return out
+
+
+CASES = [(n, seed, reads, bw) for n, seed, reads, bw in [
+    (1, 0, False, 1.0), (2, 1, True, 0.5), (3, 2, False, 2.0), (4, 3, True, 1.0), (5, 4, False, 0.5),
+    (6, 5, True, 2.0), (7, 6, False, 1.0), (8, 7, True, 1.0), (8, 8, False, 4.0), (5, 9, True, math.inf),
+]]
+
+
+@pytest.mark.parametrize("n,seed,reads_input,bw", CASES)
+def test_dp_equals_exhaustive_search(n, seed, reads_input, bw):
+    g = _chain(n, seed, reads_input)
+    table = _exhaustive(g, n, bw)
+    top = checkpoint_all_peak_bytes(g)
+    optimal_with = set()
+    for budget in range(g.fixed_bytes + 1, top + 2):
+        best = min((t for peak, t, _ in table if peak <= budget), default=math.inf)
+        labels, dp_time = pofo_solve(g, budget, bw, slot_bytes=1)
+        assert dp_time == pytest.approx(best, abs=1e-9), (budget, labels)
+        if labels is not None:
+            sim = simulate_host(g, pofo_plan(g, labels), host_bandwidth=bw)
+            assert sim.peak_device_bytes <= budget
+            assert sim.time == pytest.approx(dp_time, abs=1e-9)
+            optimal_with.update(labels)
+    if n >= 4 and bw <= 1.0:
+        assert {"O", "R"} <= optimal_with   # the cases exercise both offloading and recomputation
+
+
+def test_coarse_slots_still_fit():
+    g = _chain(8, 11, True)
+    top = checkpoint_all_peak_bytes(g)
+    for budget in range(g.fixed_bytes + 1, top + 1):
+        labels, t = pofo_solve(g, budget, 1.0, mem_slots=4)
+        exact = pofo_solve(g, budget, 1.0, slot_bytes=1)[1]
+        if labels is not None:
+            assert simulate_host(g, pofo_plan(g, labels), host_bandwidth=1.0).peak_device_bytes <= budget
+            assert t >= exact - 1e-9   # coarser memory can only cost more
+
+
+def test_infinite_bandwidth_never_recomputes_when_offloading_fits():
+    g = _chain(7, 12, True)
+    for budget in range(g.fixed_bytes + 1, checkpoint_all_peak_bytes(g) + 1):
+        labels, t = pofo_solve(g, budget, math.inf, slot_bytes=1)
+        no_remat = min((p for p, _, lab in _exhaustive_no_r(g, 7)), default=None)
+        if no_remat is not None and no_remat <= budget:
+            assert "R" not in labels and t == pytest.approx(float(g.cost.sum()))
+
+
+def _exhaustive_no_r(g, n):
+    for labels in itertools.product(*([("K", "O")] * (n - 1) + [("K",)])):
+        yield simulate_host(g, pofo_plan(g, labels), host_bandwidth=math.inf).peak_device_bytes, None, labels
+
+
+def test_units_and_bad_input():
+    assert pofo_units(["R", "R", "R"]) == [("M", 0, 2, None)]
+    assert pofo_units(["O", "R", "K"]) == [("M", 1, 1, 2), ("S", 0)]
+    g = linear_graph(3)
+    with pytest.raises(ValueError, match="`labels`"):
+        pofo_plan(g, ["K", "K", "O"])
+    with pytest.raises(ValueError, match="`labels`"):
+        pofo_plan(g, ["K", "X", "K"])
+    with pytest.raises(GraphValidationError, match="pofo"):
+        pofo_solve(random_training_graph(4, seed=0), 10 ** 6, 1e9)
+    with pytest.raises(ValueError, match="`host_bandwidth`"):
+        pofo_solve(g, 10, 0)

@@ -1,0 +1,98 @@
+"""Planning with a host tier: routing through ``solve``, the joint plan against remat and offload alone."""
+
+import math
+
+import pytest
+
+from remat_core import checkpoint_all_peak_bytes, solve
+from remat_core.host import HostResult, offload_all_plan, offload_to_budget, simulate_host, solve_offload
+from remat_core.schedule import Schedule
+from remat_core.zoo import linear_graph, random_training_graph
+
+
+def _graph(seed=0, layers=6):
+    return random_training_graph(layers, seed=seed).replace(meta={"cost_unit": "s"})
+
+
+@pytest.mark.parametrize("bw", [None, 0])
+@pytest.mark.parametrize("method", ["checkpoint-all", "linearized-greedy", "lp-rounding"])
+def test_no_bandwidth_is_todays_result(bw, method):
+    g = _graph(1)
+    budget = int(0.8 * checkpoint_all_peak_bytes(g))
+    today = solve(g, budget, method=method)
+    res = solve(g, budget, method=method, host_bandwidth=bw)
+    assert not isinstance(res, HostResult)
+    assert res.status == today.status and res.objective == today.objective and res.schedule == today.schedule
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_infinite_bandwidth_offloads_instead_of_recomputing(seed):
+    g = _graph(seed)
+    floor = simulate_host(g, offload_to_budget(g, Schedule.checkpoint_all(g), 1, math.inf) or
+                          offload_all_plan(g), math.inf).peak_device_bytes
+    for frac in (1.0, 0.7, 0.4):
+        budget = max(floor, int(frac * checkpoint_all_peak_bytes(g)))
+        res = solve(g, budget, method="checkpoint-all", host_bandwidth=math.inf)
+        assert isinstance(res, HostResult) and res.success
+        assert res.stats["recomputations"] == 0
+        assert res.objective == pytest.approx(float(g.cost.sum()))
+        assert res.peak_memory_bytes <= budget
+
+
+def test_offload_to_budget_fits_whenever_it_returns_a_plan():
+    for seed in range(6):
+        g = _graph(seed, layers=8)
+        top = checkpoint_all_peak_bytes(g)
+        for frac in (0.9, 0.6, 0.3, 0.1):
+            budget = int(frac * top)
+            plan = offload_to_budget(g, Schedule.checkpoint_all(g), budget, 1.0)
+            if plan is not None:
+                sim = simulate_host(g, plan, 1.0)
+                assert sim.peak_device_bytes <= budget and sim.recompute_count == 0
+
+
+@pytest.mark.parametrize("bw", [0.5, 2.0, 8.0])
+def test_joint_is_at_least_as_fast_as_each_alone(bw):
+    g = _graph(3, layers=8)
+    top = checkpoint_all_peak_bytes(g)
+    save_on_cpu = simulate_host(g, offload_all_plan(g), bw)
+    for frac in (0.95, 0.75, 0.55, 0.4):
+        budget = int(frac * top)
+        remat = solve(g, budget, method="linearized-greedy")
+        joint = solve(g, budget, method="linearized-greedy", host_bandwidth=bw)
+        if remat.success:
+            assert joint.success and joint.objective <= remat.objective + 1e-9
+        if save_on_cpu.peak_device_bytes <= budget:
+            assert joint.success and joint.objective <= save_on_cpu.time + 1e-9
+        if joint.success:
+            again = simulate_host(g, joint.host_plan, bw)
+            assert again.peak_device_bytes == joint.peak_memory_bytes <= budget
+            assert again.time == joint.objective
+
+
+def test_pofo_and_offload_all_methods():
+    g = linear_graph(6).replace(meta={"cost_unit": "s"})
+    res = solve(g, 5, method="pofo", host_bandwidth=1.0)
+    assert res.success and res.stats["plan"].startswith("pofo") and res.peak_memory_bytes <= 5
+    assert res.host_plan.num_offloads > 0
+    everything = solve(g, 100, method="offload-all", host_bandwidth=1.0)
+    assert everything.success and everything.host_plan.num_offloads == 7
+    # the joint search includes POFO on a chain, so it is never slower
+    assert solve(g, 5, method="checkpoint-all", host_bandwidth=1.0).objective <= res.objective
+    tiny = solve(g, 1, method="checkpoint-all", host_bandwidth=1.0)
+    assert tiny.status.value == "infeasible" and tiny.host_plan is None and not tiny.success
+
+
+def test_bad_input_names_the_argument():
+    g = _graph()
+    with pytest.raises(ValueError, match="`host_bandwidth`"):
+        solve(g, 100, host_bandwidth="fast")
+    with pytest.raises(ValueError, match="`host_bandwidth`"):
+        solve(g, 100, host_bandwidth=-1)
+    with pytest.raises(ValueError, match="`budget_bytes`"):
+        solve_offload(g, -5, host_bandwidth=1.0)
+    with pytest.raises(ValueError, match="`base_budgets`"):
+        solve_offload(g, 100, host_bandwidth=1.0, base_budgets=0)
+    with pytest.raises(ValueError, match="`cost_per_s`"):
+        solve(g.replace(meta={"cost_unit": "node"}), int(0.5 * checkpoint_all_peak_bytes(g)),
+              method="checkpoint-all", host_bandwidth=1.0)
