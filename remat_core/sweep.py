@@ -438,7 +438,9 @@ def _run(graph, gkey, todo, scheduler, n_workers, progress, cluster_kwargs, emit
 def _run_pool(graph, gkey, todo, workers, emit, bar) -> None:
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    pool = ProcessPoolExecutor(max_workers=workers)
+    # the workers die with this process whatever ends it (SIGTERM, SIGKILL): multiprocessing's own workers
+    # would live on (each holds the queue's write end, so it never sees EOF) and keep the caller's stderr
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_pool_worker_init, initargs=(os.getpid(),))
     try:
         futures = [pool.submit(_solve_task, graph, gkey, b, m, o) for b, m, o in todo]
         for fut in as_completed(futures):
@@ -448,6 +450,13 @@ def _run_pool(graph, gkey, todo, workers, emit, bar) -> None:
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
+
+
+def _pool_worker_init(parent_pid: int) -> None:
+    """In a sweep's pool worker: exit, killing its own deadline children, as soon as the sweep's process is gone."""
+    from .solvers._lifeline import die_with_parent
+
+    die_with_parent(parent_pid)
 
 
 def _run_dask(graph, gkey, todo, scheduler, workers, cluster_kwargs, emit, bar) -> None:

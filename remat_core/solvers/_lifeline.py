@@ -1,7 +1,8 @@
 """Child processes that die with their parent, and temporary folders that go with them.
 
-A solve may start a child process (the portfolio's branch-and-cut) that
-works in a temporary folder. Whatever ends the parent, neither may outlive it:
+A solve may start a child process (the portfolio's branch-and-cut, a
+deadline child) that works in a temporary folder, and a sweep runs its solves
+in pool workers that may start such children in turn. Whatever ends the parent, neither may outlive it:
 
 * normal return, an exception, ``KeyboardInterrupt``: the parent's ``finally``
   kills the child and removes the folder;
@@ -37,17 +38,29 @@ _POLL_S = 0.1
 _cleanups: dict[int, Callable[[], None]] = {}
 _lock = threading.RLock()   # re-entrant: the handler may run while the main thread holds it
 _installed: list = []   # [previous SIGTERM handler] while ours is installed
+_leaving = threading.RLock()   # held by the one thread that runs die_with_parent's exit
+_leave_depth: list = []   # one entry per call of that exit in that thread
 
 
-def _on_sigterm(signum, frame) -> None:   # pragma: no cover - exercised by the subprocess tests
-    with _lock:
+def _run_cleanups() -> None:
+    """Run and forget every clean-up registered by :func:`track` (each at most once, errors ignored)."""
+    # a timeout, not a plain `with`: the watcher thread may get here while the main thread holds the lock
+    locked = _lock.acquire(timeout=1.0)
+    try:
         pending = list(_cleanups.values())
         _cleanups.clear()
+    finally:
+        if locked:
+            _lock.release()
     for cleanup in pending:
         try:
             cleanup()
         except Exception:
             pass
+
+
+def _on_sigterm(signum, frame) -> None:   # pragma: no cover - exercised by the subprocess tests
+    _run_cleanups()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _installed.clear()
     os.kill(os.getpid(), signal.SIGTERM)   # die of the signal, as without this handler
@@ -90,12 +103,25 @@ def die_with_parent(parent_pid: int, folder: str | None = None) -> None:
 
     Call it first thing in the child. Three ways, so that one that fails
     does not matter: on Linux the kernel sends ``SIGTERM`` when the parent
-    dies (``PR_SET_PDEATHSIG``); the ``SIGTERM`` handler removes ``folder``
-    and exits; a daemon thread polls ``os.getppid()`` and does the same
+    dies (``PR_SET_PDEATHSIG``); the ``SIGTERM`` handler runs the clean-ups
+    registered with :func:`track` (this process's own children), removes
+    ``folder`` and exits; a daemon thread polls ``os.getppid()`` and does the same
     (it runs whenever the main thread is in Python or in a solver call that
     releases the GIL).
     """
     def leave(code: int) -> None:
+        # the signal handler and the watcher usually both get here; the second waits for the first to exit,
+        # rather than exiting while the first is still killing a child or removing a folder. A second SIGTERM
+        # while this thread is on its way out returns to the first exit (re-entrant lock, depth count)
+        if not _leaving.acquire(blocking=False):
+            while True:
+                time.sleep(1.0)
+        _leave_depth.append(1)
+        if len(_leave_depth) > 1:
+            _leave_depth.pop()
+            _leaving.release()
+            return
+        _run_cleanups()   # this process's own children and folders (a sweep worker's deadline child)
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
         os._exit(code)

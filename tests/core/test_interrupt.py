@@ -141,3 +141,42 @@ def test_sigkill_to_a_sweep_on_the_embedded_dask_cluster_leaves_no_process(tmp_p
                     pass
             pytest.fail(f"{_SETTLE_S} s after SIGKILL: processes {alive}, folders {folders}")
         time.sleep(0.1)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_signal_to_a_sweep_on_the_local_pool_leaves_no_process_and_no_folder(tmp_path, sig):
+    # issue 36: the pool's workers outlived the sweep (parent 1, holding its stderr) and a deadline folder stayed
+    g = random_training_graph(*_GRAPH[:2], seed=_GRAPH[2])
+    path = tmp_path / "graph.json"
+    path.write_text(__import__("json").dumps(g.to_dict()))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp), PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from remat_core.cli import main; sys.exit(main())",
+                             "sweep", str(path), "--budgets", f"{_BUDGET},{_BUDGET + 3}", "--methods", "ilp",
+                             "--time-limit", "120", "--workers", "2", "--scheduler", "local", "--no-progress"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=str(tmp_path))
+    deadline = time.monotonic() + 90
+    while not any(str(tmp) in cmd for _, _, cmd in _processes()):   # a worker's solve started its child
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("no worker of the sweep started a child within 90 s")
+        time.sleep(0.1)
+    workers = [pid for pid, ppid, _ in _processes() if ppid == proc.pid]
+    assert workers
+    proc.send_signal(sig)
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + _SETTLE_S
+    while True:
+        alive = [p for p in _processes() if p[0] in workers or p[1] in workers or str(tmp) in p[2]]
+        folders = [f for f in os.listdir(tmp) if f.startswith("remat-")]
+        if not alive and not folders:
+            break
+        if time.monotonic() > deadline:
+            for pid, _, _ in alive:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            pytest.fail(f"{_SETTLE_S} s after {sig.name}: processes {alive}, folders {folders}")
+        time.sleep(0.1)
