@@ -206,9 +206,11 @@ def pofo_plan(graph: Graph, labels: Sequence[str]) -> HostPlan:
             out.append(Wait(reg[v]))
         for v in needs[k + 1] if k + 1 < len(units) else []:
             prefetch(v)
-        for op in _unit_ops(info, unit):
+        ops = _unit_ops(info, unit)
+        stage = next(op[1] for op in ops if op[0] == "c" and op[1] > n)   # the unit's first new node
+        for op in ops:
             if op[0] == "c":
-                compute(op[1], op[1])
+                compute(op[1], op[1] if op[1] > n else stage)   # a recomputation runs in the current stage
             else:
                 free(op[1])
     free(2 * n)   # b_0: nothing reads it
