@@ -117,8 +117,24 @@ def _call_signature(args, kwargs) -> str:
     return "|".join(parts)
 
 
+def _plan_budget(model, budget: Any, strategy: str | None, world_size: int) -> Any:
+    """The plan's budget for a per-device ``budget``: bytes less the wrapper's overhead; a fraction as is."""
+    if strategy is None or budget is None:
+        return budget
+    from remat_core.units import _as_fraction, format_bytes, parse_bytes
+
+    if _as_fraction(budget) is not None:
+        return budget
+    total = parse_bytes(budget, "budget")
+    overhead = comm_overhead_bytes(model, strategy, world_size)
+    if total <= overhead:
+        raise ValueError(f"`budget` {format_bytes(total)} per device does not even hold what {strategy} keeps on "
+                         f"each of {world_size} ranks ({format_bytes(overhead)}); give a larger `budget`")
+    return total - overhead
+
+
 def rematerialize_shared(model, example_inputs=(), budget: Any = None, *, example_kwargs: dict | None = None,
-                         group=None, **options):
+                         group=None, strategy: str | None = None, **options):
     """:func:`remat_torch.rematerialize` on every rank, solving once per distinct input shape.
 
     Every rank of ``group`` calls it with its own example inputs. Ranks whose
@@ -132,11 +148,15 @@ def rematerialize_shared(model, example_inputs=(), budget: Any = None, *, exampl
     Parameters
     ----------
     model, example_inputs, budget, example_kwargs
-        As :func:`remat_torch.rematerialize`. A budget in bytes is the plan's
-        budget; subtract :func:`comm_overhead_bytes` for what the wrapper
-        keeps on the device.
+        As :func:`remat_torch.rematerialize`.
     group : torch.distributed.ProcessGroup, optional
         Default: the world.
+    strategy : {"ddp", "fsdp"}, optional
+        The wrapper the module will be given to. With it, a budget in bytes
+        (an ``int`` or a size string) is per-device bytes: the plan gets
+        ``budget`` less :func:`comm_overhead_bytes` for this wrapper and the
+        group's size. A fraction of activation memory is the plan's budget
+        either way. Without it, a budget in bytes is the plan's.
     **options
         Passed to :func:`~remat_torch.rematerialize`.
 
@@ -144,13 +164,34 @@ def rematerialize_shared(model, example_inputs=(), budget: Any = None, *, exampl
     -------
     RematModule
         With ``solves`` 1 on the ranks that solved, 0 on the others.
+
+    Raises
+    ------
+    ValueError
+        A ``budget`` in bytes at or below the wrapper's overhead, an unknown
+        ``strategy``, or ``plan`` among the options.
+    BudgetInfeasibleError
+        As :func:`~remat_torch.rematerialize` (on the ranks that solve).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from remat_torch.distributed import rematerialize_shared
+    >>> net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
+    >>> x = torch.randn(256, 64)
+    >>> rm = rematerialize_shared(net, x, budget=400_000, strategy="ddp", method="checkpoint-all")
+    >>> rm.result.budget_bytes  # 400,000 per device less DDP's buckets (4,225 float32 parameters)
+    383100
     """
     import torch.distributed as dist
 
-    if not (dist.is_available() and dist.is_initialized()):
-        return rematerialize(model, example_inputs, budget, example_kwargs=example_kwargs, **options)
     if "plan" in options:
         raise ValueError("`plan` cannot be combined with rematerialize_shared (it shares the plans it makes)")
+    group_ok = dist.is_available() and dist.is_initialized()
+    world = dist.get_world_size(group) if group_ok else 1
+    budget = _plan_budget(model, budget, strategy, world)
+    if not group_ok:
+        return rematerialize(model, example_inputs, budget, example_kwargs=example_kwargs, **options)
     rank = dist.get_rank(group)
     sig = _call_signature(example_inputs, example_kwargs or {})
     sigs: list = [None] * dist.get_world_size(group)

@@ -134,3 +134,23 @@ def test_rematerialize_shared_without_process_group_is_rematerialize():
     rm = rematerialize_shared(net, (x,), budget=1.0, method="checkpoint-all", cost_model="unit")
     rm(x).sum().backward()
     assert rm.solves == 1 and net[0].weight.grad is not None
+
+
+def test_a_budget_in_bytes_is_per_device_with_a_strategy():
+    from remat_torch.distributed import comm_overhead_bytes, rematerialize_shared
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
+    x = torch.randn(256, 64)
+    rm = rematerialize_shared(net, (x,), budget=400_000, strategy="fsdp", method="checkpoint-all",
+                              cost_model="unit")
+    assert rm.result.budget_bytes == 400_000 - comm_overhead_bytes(net, "fsdp", 1)
+    assert rm.predicted_peak_bytes + comm_overhead_bytes(net, "fsdp", 1) <= 400_000
+    full = rematerialize_shared(net, (x,), budget=1.0, strategy="ddp", method="checkpoint-all", cost_model="unit")
+    assert full.result.budget_bytes == rm.result.peak_memory_bytes  # a fraction is of the plan's own memory
+    with pytest.raises(ValueError, match="`budget`"):
+        rematerialize_shared(net, (x,), budget=1000, strategy="ddp")
+    with pytest.raises(ValueError, match="`strategy`"):
+        rematerialize_shared(net, (x,), budget=400_000, strategy="zero")
+    with pytest.raises(ValueError, match="`plan`"):
+        rematerialize_shared(net, (x,), budget=0.5, plan="saved.json")
