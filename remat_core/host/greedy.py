@@ -33,7 +33,7 @@ from .simulate import cost_per_second, validate_bandwidth
 
 __all__ = ["offload_to_budget", "offload_all_plan"]
 
-#: Candidates scored per step of :func:`offload_to_budget` (the largest values resident at the peak).
+#: Candidates scored per step of :func:`offload_to_budget` (the largest values that could leave the device there).
 MAX_CANDIDATES = 64
 #: Weight of a copy's own length in a candidate's score: fewer bytes on the copy stream leave room for others.
 COPY_WEIGHT = 0.05
@@ -117,14 +117,17 @@ def offload_to_budget(graph: Graph, base: Any, budget_bytes: int, host_bandwidth
         if excess[p] <= 0:
             break
         cand = np.flatnonzero((first < p) & (last > p) & (nbytes > 0))
-        if len(cand) > MAX_CANDIDATES:
-            cand = cand[np.argsort(-nbytes[cand], kind="stable")[:MAX_CANDIDATES]]
+        cand = cand[np.argsort(-nbytes[cand], kind="stable")]
         best = None
+        scored = 0
         for r in cand.tolist():
+            if scored == MAX_CANDIDATES:
+                break
             u = uses[r]
             i = bisect.bisect_left(u, p)
             if u[i] == p or any(lo <= p <= hi for lo, hi in windows.get(r, ())):
                 continue   # read here, or already off the device here
+            scored += 1
             a, b = u[i - 1], u[i]
             nz = np.flatnonzero(excess[a + 1:b] > 0)
             lo, hi = a + 1 + int(nz[0]), a + 1 + int(nz[-1])

@@ -79,7 +79,8 @@ class HostResult(RematResult):
 
 
 def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_bandwidth: Any = None,
-                  cost_per_s: float | None = None, base_budgets: int = 5, **options: Any) -> RematResult:
+                  cost_per_s: float | None = None, base_budgets: int = 5, bases: Any = None,
+                  **options: Any) -> RematResult:
     """The fastest plan within ``budget_bytes`` with remat, offloading, or both.
 
     Parameters
@@ -98,6 +99,9 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
     base_budgets : int
         How many remat plans the joint search starts from (budgets spaced
         geometrically from ``budget_bytes`` to checkpoint-all's peak).
+    bases : sequence of Schedule, optional
+        Remat schedules to start from instead of solving for them (a sweep
+        reuses its plans this way); checkpoint-all is always added.
     **options
         Passed to the remat method.
 
@@ -142,16 +146,22 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
     elif method == "offload-all":
         cands.append(("offload-all", offload_all_plan(graph), Schedule.checkpoint_all(graph)))
     else:
-        top = checkpoint_all_peak_bytes(graph)
-        ladder = sorted({int(budget * (top / budget) ** (i / base_budgets)) for i in range(base_budgets)}
-                        | {budget}) if budget < top else []
-        bases: list[tuple[str, Schedule]] = []
-        for b in ladder:
-            res = remat_solve(graph, b, method=method, **options)
-            if res.success:
-                bases.append((f"{method} at {b} bytes", res.schedule))
-        bases.append(("checkpoint-all", Schedule.checkpoint_all(graph)))
-        for name, sched in bases:
+        starts: list[tuple[str, Schedule]] = []
+        if bases is not None:
+            for i, sched in enumerate(bases):
+                if not isinstance(sched, Schedule) or sched.n != graph.n:
+                    raise TypeError(f"`bases` must hold Schedules of this graph; entry {i} is {sched!r}")
+                starts.append((f"base {i}", sched))
+        else:
+            top = checkpoint_all_peak_bytes(graph)
+            ladder = sorted({int(budget * (top / budget) ** (i / base_budgets)) for i in range(base_budgets)}
+                            | {budget}) if budget < top else []
+            for b in ladder:
+                res = remat_solve(graph, b, method=method, **options)
+                if res.success:
+                    starts.append((f"{method} at {b} bytes", res.schedule))
+        starts.append(("checkpoint-all", Schedule.checkpoint_all(graph)))
+        for name, sched in starts:
             plan = offload_to_budget(graph, sched, budget, bw, cost_per_s)
             if plan is not None:
                 cands.append((name + (" + offload" if plan.num_offloads else ""), plan, sched))
