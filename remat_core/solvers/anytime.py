@@ -101,9 +101,10 @@ def restart_moves(n_seeds: int = 200) -> Iterator[Move]:
 class _Runner:
     """DTR runs capped by the time left: each heuristic's time per computation is measured on its runs."""
 
-    def __init__(self, graph: Graph, clock: Callable[[], float], deadline: float | None):
+    def __init__(self, graph: Graph, clock: Callable[[], float], deadline: float | None,
+                 per: dict[str, float] | None = None):
         self.graph, self.clock, self.deadline = graph, clock, deadline
-        self.per: dict[str, float] = {}
+        self.per: dict[str, float] = dict(per or {})
         self.runs = 0
 
     def left(self) -> float | None:
@@ -122,6 +123,17 @@ class _Runner:
         else:   # half the time left: the time per computation is an estimate, and varies with the load
             cap = 0.5 * left / max(per * self.graph.n, 1e-9)
         return None if cap < 1.2 else min(cap, MAX_CAP)
+
+    def fits(self, heuristic: str, cap: float) -> bool:
+        """Whether a run capped at ``cap`` computations per node, at its measured (or estimated) time per
+        computation, ends before the deadline."""
+        left = self.left()
+        if left is None:
+            return True
+        per = self.per.get(heuristic)
+        if per is None and self.per:
+            per = max(self.per.values()) * SLOWDOWN.get(heuristic, 1.0)
+        return left > 0 and (per is None or per * self.graph.n * cap < left)
 
     def run(self, budget_bytes: int, heuristic: str, keep_dead: bool, seed: int = 0,
             cap: float | None = None) -> dict[str, Any] | None:
@@ -157,14 +169,17 @@ def _verified(graph: Graph, schedule: Any, budget_bytes: int, name: str, message
 
 def min_peak_schedules(graph: Graph, offer: Callable[[str, RematResult], None], budget_bytes: int,
                        clock: Callable[[], float] = time.perf_counter, deadline: float | None = None,
-                       heuristics: tuple[str, ...] = HEURISTIC_ORDER) -> int | None:
+                       heuristics: tuple[str, ...] = HEURISTIC_ORDER,
+                       seconds_per_computation: dict[str, float] | None = None) -> int | None:
     """Feasibility first: for each heuristic, bisect the whole budget range for the smallest budget at which
     its DTR run succeeds (the default freeing rule, else ``keep_dead``), and offer the schedule found there when
     its peak fits ``budget_bytes``. Returns the smallest peak found (``None``: none), whatever ``budget_bytes``.
 
     The range and every run are independent of ``budget_bytes`` (only the offers depend on it), so that the
     same schedules are candidates at every budget: what this finds for a budget it finds for every larger one.
-    A heuristic is skipped when the time left does not allow its bisection (about 2 x 8 runs).
+    A heuristic is skipped when the time left does not allow its bisection (about 2 x 8 runs), and a
+    bisection stops (keeping what it found) before a run that would end past ``deadline``;
+    ``seconds_per_computation`` (by heuristic, measured elsewhere) sizes the first runs.
 
     Examples
     --------
@@ -177,7 +192,7 @@ def min_peak_schedules(graph: Graph, offer: Callable[[str, RematResult], None], 
     """
     from ..simulate import checkpoint_all_peak_bytes
 
-    runner = _Runner(graph, clock, deadline)
+    runner = _Runner(graph, clock, deadline, seconds_per_computation)
     lo = graph.min_budget_lower_bound_bytes() - 1
     hi = checkpoint_all_peak_bytes(graph)   # DTR evicts nothing there
     best_peak: int | None = None
@@ -192,6 +207,8 @@ def min_peak_schedules(graph: Graph, offer: Callable[[str, RematResult], None], 
 
         def ok(b: int) -> dict[str, Any] | None:
             for keep_dead in (False, True):
+                if not runner.fits(heuristic, cap):
+                    raise TimeoutError
                 out = runner.run(b, heuristic, keep_dead, cap=cap)
                 if out is not None and out["ok"]:
                     return out
@@ -201,10 +218,11 @@ def min_peak_schedules(graph: Graph, offer: Callable[[str, RematResult], None], 
         found = None
         tol = max(1, (hi - lo) // 200)
         while b - a > tol:
-            if left is not None and runner.left() is not None and runner.left() <= 0:
-                break
             mid = (a + b) // 2
-            out = ok(mid)
+            try:
+                out = ok(mid)
+            except TimeoutError:   # no time for another run: keep what the bisection found so far
+                break
             if out is not None:
                 b, found = mid, out
             else:
@@ -227,7 +245,8 @@ def improve(graph: Graph, budget_bytes: int, offer: Callable[[str, RematResult],
             incumbent: Callable[[], RematResult | None], lower_bound: float | None = None,
             clock: Callable[[], float] = time.perf_counter, deadline: float | None = None,
             max_moves: int | None = None, stop: Callable[[], bool] | None = None,
-            moves: Iterator[Move] | None = None) -> dict[str, Any]:
+            moves: Iterator[Move] | None = None,
+            seconds_per_computation: dict[str, float] | None = None) -> dict[str, Any]:
     """Restart DTR with each :class:`Move` in turn, polish each schedule under ``budget_bytes`` and ``offer``
     it (the caller keeps the cheapest), until the deadline, ``max_moves`` moves, the incumbent at
     ``lower_bound``, ``stop()`` or the end of the moves. Returns what it did (``moves``, ``improved``,
@@ -253,6 +272,8 @@ def improve(graph: Graph, budget_bytes: int, offer: Callable[[str, RematResult],
         Checked between moves: ``True`` ends the search.
     moves : iterator of Move, optional
         Default :func:`restart_moves`.
+    seconds_per_computation : dict, optional
+        A DTR computation's time by heuristic, measured elsewhere: it sizes the caps of the first runs.
 
     Examples
     --------
@@ -268,7 +289,7 @@ def improve(graph: Graph, budget_bytes: int, offer: Callable[[str, RematResult],
     from ..simulate import simulate
     from .segments import polish
 
-    runner = _Runner(graph, clock, deadline)
+    runner = _Runner(graph, clock, deadline, seconds_per_computation)
     lower = graph.min_budget_lower_bound_bytes()
     sim_s: float | None = None
     info: dict[str, Any] = {"moves": 0, "improved": 0, "why": "moves exhausted"}

@@ -387,7 +387,9 @@ def _min_peak(best: _Best, graph: Graph, budget_bytes: int, deadline: float | No
     if "dtr" not in _METHODS or "min-peak" in best.tried:
         return
     t0 = time.perf_counter()
-    peak = min_peak_schedules(graph, best.offer, budget_bytes, deadline=deadline)
+    per = _seconds_per_computation(best, "dtr")   # the baselines' run of the default heuristic, when it ran
+    peak = min_peak_schedules(graph, best.offer, budget_bytes, deadline=deadline,
+                              seconds_per_computation=None if per is None else {"h_dtr_eq": per})
     best.tried["min-peak"] = {"status": "done" if peak is not None else "none found", "min_peak_bytes": peak,
                               "time_s": round(time.perf_counter() - t0, 3)}
     if peak is not None:
@@ -404,8 +406,14 @@ def _anytime(best: _Best, graph: Graph, budget_bytes: int, deadline: float | Non
         return
     t0 = time.perf_counter()
     # without a limit, the deterministic restarts only (not the random heuristic's endless seeds)
+    per = {}
+    for heuristic in ("h_dtr_eq", "msps", "h_dtr_local", "lru", "largest", "h_dtr"):   # the runs timed so far
+        measured = _seconds_per_computation(best, "dtr" if heuristic == "h_dtr_eq" else f"dtr({heuristic})")
+        if measured is not None:
+            per[heuristic] = measured
     info = improve(graph, budget_bytes, best.offer, lambda: best.result, lower_bound=best.lower_bound,
-                   deadline=deadline, stop=stop, max_moves=None if deadline is not None else _UNLIMITED_MOVES)
+                   deadline=deadline, stop=stop, max_moves=None if deadline is not None else _UNLIMITED_MOVES,
+                   seconds_per_computation=per)
     # one entry for the loop, not one per move (hundreds)
     for name in [k for k in best.tried if k.startswith("restart(")]:
         if name != best.method:
