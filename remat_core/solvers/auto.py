@@ -562,19 +562,28 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
             stopped = why
     if path != "large" and best.lower_bound <= cost_floor and "bound" not in best.tried:
         _relaxation_bound(best, graph, budget_bytes, time_limit_s, left)   # the exact method gave no bound
+    hard_deadline = deadline
+
+    def soft() -> float | None:
+        """The deadline of the next step: brought forward to the end of the patience once the schedule is within
+        stop_gap of the bound, and to now within 0.1% (the rule of :func:`_settled_rule`)."""
+        if hard_deadline is None or best.result is None or not best.lower_bound:
+            return hard_deadline
+        gap = best.result.objective / best.lower_bound - 1.0
+        if gap <= min(stop_gap, _SETTLED_AT_ONCE):
+            return min(hard_deadline, time.perf_counter())
+        return min(hard_deadline, start + patience_s) if gap <= stop_gap else hard_deadline
+
+    hard_left = left if deadline is None else (lambda: deadline - time.perf_counter())  # noqa: E731
     if deadline is not None:
-        left = lambda: deadline - time.perf_counter()  # noqa: E731
+        left = lambda: soft() - time.perf_counter()  # noqa: E731
     if path == "large":
-        _other_dtr_heuristics(best, graph, budget_bytes, left)
+        _other_dtr_heuristics(best, graph, budget_bytes, hard_left)   # the strongest starts: never cut short
         if best.result is None:
             _min_peak(best, graph, budget_bytes, deadline)
-        _polish(best, graph, budget_bytes, deadline, sim_s)
+        _polish(best, graph, budget_bytes, deadline, sim_s)   # cheap and often the best step: never cut short
         for name in LARGE_GRAPH_METHODS:
             remaining = left()
-            if remaining is not None and best.result is not None and best.lower_bound is not None and (
-                    best.result.objective <= best.lower_bound * (1 + stop_gap)):
-                # within stop_gap already: this method may run only until the patience is over
-                remaining = min(remaining, start + patience_s - time.perf_counter())
             if name not in _METHODS or (remaining is not None and remaining <= 0.1):
                 continue
             from . import get_method
@@ -591,7 +600,7 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
                 continue
             if res is not None:
                 best.offer(name, res)
-        _keep_dead_runs(best, graph, budget_bytes, deadline, sim_s, left)
+        _keep_dead_runs(best, graph, budget_bytes, soft(), sim_s, left)
 
     if path == "large":
         _dtr_rescue(best, graph, budget_bytes, left)
