@@ -38,6 +38,7 @@ import inspect
 import io
 import json
 import logging
+import math
 import os
 import sys
 import tempfile
@@ -48,7 +49,7 @@ from .graph import Graph
 from .units import format_bytes, min_budget_bytes, parse_bytes, resolve_budget
 
 __all__ = ["main", "build_parser", "load_graph_arg", "graph_factory_arg", "check_out_dir", "CLIError",
-           "GRAPH_HELP", "BUDGET_HELP", "PLUGIN_GROUP"]
+           "GRAPH_HELP", "BUDGET_HELP", "PLUGIN_GROUP", "to_json"]
 
 log = logging.getLogger("remat_core.cli")
 
@@ -279,6 +280,33 @@ def _check_scheduler(scheduler: str | None, timeout_s: float = 5.0) -> None:
 
 
 # ------------------------------------------------------------------ output
+def _json_ready(value: Any) -> Any:
+    """``value`` with every non-finite float as the string ``"inf"``, ``"-inf"`` or ``"nan"``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if value != value else "inf" if value > 0 else "-inf"
+    if isinstance(value, dict):
+        return {k: _json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(v) for v in value]
+    return value
+
+
+def to_json(value: Any, indent: int | None = None) -> str:
+    """Strict JSON text for what the command prints or writes.
+
+    Python's ``json`` writes ``Infinity`` and ``NaN``, which are not JSON (a
+    sum of costs of 1e300 overflows to infinity); here a non-finite number is
+    the string ``"inf"``, ``"-inf"`` or ``"nan"`` (``float()`` reads each
+    back), and any other value JSON lacks is its ``str``.
+
+    Examples
+    --------
+    >>> to_json({"objective": float("inf"), "gap": 0.5})
+    '{"objective": "inf", "gap": 0.5}'
+    """
+    return json.dumps(_json_ready(value), indent=indent, default=str, allow_nan=False)
+
+
 @contextlib.contextmanager
 def _native_stdout_redirected(verbose: bool) -> Iterator[None]:
     """Point file descriptor 1 at /dev/null (stderr when ``verbose``) while Python's ``print`` keeps stdout.
@@ -374,6 +402,10 @@ def _solve_summary(graph: Graph, res) -> list[str]:
         lines.append(f"peak      {format_bytes(res.peak_memory_bytes)} "
                      f"({format_bytes(peak_all - res.peak_memory_bytes)} below checkpoint-all)")
         lines.append(f"overhead  +{_pct(over)} compute ({res.stats.get('recomputations', '?')} recomputations)")
+        if "peak_host_bytes" in res.stats:   # a plan with a host tier: its time includes the copies' stalls
+            lines.append(f"host      {res.stats['offloaded_values']} values offloaded, host peak "
+                         f"{format_bytes(res.stats['peak_host_bytes'])}, stalls +{_pct(res.stats['stall'] / base)}: "
+                         f"{res.stats['plan']}")
         if res.lower_bound is not None and base > 0:
             lines.append(f"bound     overhead >= +{_pct(max(0.0, res.lower_bound / base - 1))} "
                          f"(gap {_pct(res.gap or 0.0)})")
@@ -424,12 +456,14 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     if args.method not in _methods_arg(None):
         raise _unknown_method(args.method, "--method")
     options = _with_time_limit(args.method, _json_arg(args.options, "--options"), args.time_limit)
+    if args.host_bandwidth is not None:   # offloading to host memory with remat (remat_core.host)
+        options["host_bandwidth"] = args.host_bandwidth
     log.info("solving %s (%d nodes) at %s with %s", graph.name, graph.n, format_bytes(budget), args.method)
     res = solve(graph, budget, method=args.method, **options)
     log.info("%s: %s in %.2f s", args.method, res.status.value, res.solve_time_s)
     data = res.to_dict(include_schedule=args.schedule)
     data["graph"] = graph.name
-    text = json.dumps(data, indent=2, default=str)
+    text = to_json(data, indent=2)
     if args.json:
         print(text)
     else:
@@ -478,7 +512,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         if reference:
             with contextlib.suppress(ValueError):
                 ratios = res.approximation_ratios(reference=reference)
-        print(json.dumps({"graph": graph.name, "skipped_methods": skipped, "rows": res.table(),
+        print(to_json({"graph": graph.name, "skipped_methods": skipped, "rows": res.table(),
                           "approximation_ratios": ratios, "computed": res.computed, "reused": res.reused},
                          indent=1, default=str))
     else:
@@ -525,7 +559,7 @@ def _cmd_max_batch(args: argparse.Namespace) -> int:
     out = res.to_dict()
     out["graph"] = args.graph
     if args.json:
-        print(json.dumps(out, indent=1, default=str))
+        print(to_json(out, indent=1))
     else:
         print(f"{args.graph} under {format_bytes(budget)} with {args.method}: largest batch size "
               f"{res.batch_size}{' (the --max-batch limit)' if res.hit_max_batch else ''}")
@@ -608,7 +642,7 @@ def _cmd_methods(args: argparse.Namespace) -> int:
         doc = doc.removeprefix(f"``{m}``: ").replace("``", "")
         rows.append((m, doc[:1].upper() + doc[1:]))
     if args.json:
-        print(json.dumps([{"method": m, "summary": d} for m, d in rows], indent=1))
+        print(to_json([{"method": m, "summary": d} for m, d in rows], indent=1))
     else:
         width = max(len(m) for m, _ in rows)
         for m, d in rows:
@@ -632,7 +666,7 @@ def _cmd_zoo(args: argparse.Namespace) -> int:
                      "checkpoint_all_peak_bytes": int(checkpoint_all_peak_bytes(g)),
                      "min_budget_bytes": min_budget_bytes(g)[0], "batch_size": g.meta.get("batch_size")})
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print(to_json(rows, indent=1))
     else:
         width = max([len(r["name"]) for r in rows] + [4])
         print(f"{'name':<{width}} {'nodes':>5} {'batch':>5} {'fixed':>10} {'no-remat peak':>13} {'min budget':>10}")
@@ -690,6 +724,8 @@ def build_parser(plugins: bool | Sequence[str] = True) -> argparse.ArgumentParse
     s.add_argument("--batch-size", type=int, default=None, help="batch size for zoo models (default 1)")
     s.add_argument("--options", default="", help="method options as a JSON object, e.g. '{\"mip_gap\": 0.01}'")
     s.add_argument("--time-limit", type=float, default=None, help="time_limit_s for methods that take one")
+    s.add_argument("--host-bandwidth", default=None, help="offload to host memory too, over a link of this many "
+                   "bytes/s (e.g. 16GB/s); the cost is then time with the copies' stalls (docs: offload)")
     s.add_argument("--json", action="store_true", help="print the result as JSON (and nothing else) on stdout")
     s.add_argument("--schedule", action="store_true", help="include the schedule in the JSON (--json, --out)")
     s.add_argument("--out", default=None, help="also write the JSON result to this file")

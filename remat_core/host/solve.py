@@ -103,7 +103,8 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
         Remat schedules to start from instead of solving for them (a sweep
         reuses its plans this way); checkpoint-all is always added.
     **options
-        Passed to the remat method.
+        Passed to the remat method; a ``time_limit_s`` is shared among the
+        ``base_budgets`` solves.
 
     Returns
     -------
@@ -156,8 +157,11 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
             top = checkpoint_all_peak_bytes(graph)
             ladder = sorted({int(budget * (top / budget) ** (i / base_budgets)) for i in range(base_budgets)}
                             | {budget}) if budget < top else []
+            opts = dict(options)
+            if opts.get("time_limit_s") is not None and ladder:   # the caller's limit covers the whole ladder
+                opts["time_limit_s"] = float(opts["time_limit_s"]) / len(ladder)
             for b in ladder:
-                res = remat_solve(graph, b, method=method, **options)
+                res = remat_solve(graph, b, method=method, **opts)
                 if res.success:
                     starts.append((f"{method} at {b} bytes", res.schedule))
         starts.append(("checkpoint-all", Schedule.checkpoint_all(graph)))

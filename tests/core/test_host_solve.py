@@ -96,3 +96,19 @@ def test_bad_input_names_the_argument():
     with pytest.raises(ValueError, match="`cost_per_s`"):
         solve(g.replace(meta={"cost_unit": "node"}), int(0.5 * checkpoint_all_peak_bytes(g)),
               method="checkpoint-all", host_bandwidth=1.0)
+
+
+def test_cli_solve_with_host_bandwidth(capsys, tmp_path):
+    from remat_core.cli import main
+
+    out = tmp_path / "res.json"
+    assert main(["solve", "linear:8", "0.3", "--method", "checkpoint-all", "--host-bandwidth", "inf",
+                 "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "values offloaded" in text
+    import json
+
+    data = json.loads(out.read_text())
+    assert data["stats"]["recomputations"] == 0 and data["stats"]["offloaded_values"] > 0
+    assert main(["solve", "linear:8", "0.3", "--method", "checkpoint-all", "--host-bandwidth", "fast"]) == 2
+    assert "`host_bandwidth`" in capsys.readouterr().err
