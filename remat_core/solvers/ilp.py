@@ -542,6 +542,14 @@ def solve_ilp(
         raise UnknownMethodError(
             f"unknown `formulation` {formulation!r}; available: {', '.join(available_formulations())}")
     get_backend(backend)   # an unknown or uninstalled backend is an error now, not after the warm start
+    from ..formulation.scaling import cost_scale, scaled_graph, unscale_result
+
+    scale = cost_scale(graph)
+    if scale != 1.0:   # costs of 1e18 and more stopped HiGHS ("model status Unknown"): solve scaled costs
+        return unscale_result(solve_ilp(
+            scaled_graph(graph, scale), budget_bytes, backend=backend, formulation=formulation,
+            time_limit_s=_left(time_limit_s, start), mip_rel_gap=mip_rel_gap, threads=threads, verbose=verbose,
+            warm_start=warm_start, solver_options=solver_options, cuts=cuts, search=search), scale)
     from ._deadline import MILP_LIMIT_S_PER_NONZERO, guard
 
     # a program over the memory limit is not built; with a time limit, a large one, or one whose limit is short

@@ -369,6 +369,15 @@ def solve_lp_rounding(
             raise ValueError(f"`allowances` must be a non-empty sequence of numbers in [0, 1); got {allowances!r}")
         auto = False
     validate_time_limit(time_limit_s)
+    from ..formulation.scaling import cost_scale, scaled_graph, unscale_result
+
+    scale = cost_scale(graph) if _relaxation is None else 1.0   # ilp's relaxation is already scaled
+    if scale != 1.0:   # costs of 1e18 and more stopped HiGHS ("model status Unknown"): solve scaled costs
+        return unscale_result(solve_lp_rounding(
+            scaled_graph(graph, scale), budget_bytes, backend=backend, formulation=formulation, rounding=rounding,
+            n_samples=n_samples, seed=seed, allowances=allowances, polish_evals=polish_evals,
+            time_limit_s=None if time_limit_s is None else max(float(time_limit_s) - (time.perf_counter() - start),
+                                                              1e-3), verbose=verbose), scale)
     from ._deadline import _cheapest_heuristic, guard, not_worse_than_heuristic
 
     # a program over the memory limit is not built; with a time limit, a large one is solved in a child killed
