@@ -23,6 +23,7 @@ from remat_core.units import resolve_budget as _resolve_budget
 from .execute import Executor
 from .extract import GRANULARITIES, CallSpec, ExtractedGraph, _as_tuple_inputs, extract_graph
 from .guards import AttributeSnapshot, call_signature
+from .offload import OffloadExecutor
 
 __all__ = ["rematerialize", "RematModule", "train_step", "resolve_budget", "BudgetInfeasibleError",
            "PLAN_FORMAT"]
@@ -76,7 +77,9 @@ class _Specialization:
         self.eg = eg
         self.result = result
         self.plan = plan
-        self.executor = Executor(eg, plan, measure=measure)
+        host_plan = getattr(result, "host_plan", None)
+        # a plan with a host tier (remat_core.host: solve with host_bandwidth) runs its copies to host memory too
+        self.executor = OffloadExecutor(eg, host_plan) if host_plan is not None else Executor(eg, plan, measure=measure)
         self.attrs = attrs
         self.fingerprint = graph_fingerprint(eg)
 
@@ -658,6 +661,7 @@ def rematerialize(
     time_limit_s: float | None = 60.0,
     plan: Any = None,
     max_plans: int = 8,
+    host_bandwidth: Any = None,
 ):
     """Make ``model`` train inside a memory budget with a plan from ``method``.
 
@@ -708,6 +712,11 @@ def rematerialize(
         call it does not fit raises :class:`RematError`.
     max_plans : int
         Plans kept (least recently used dropped first).
+    host_bandwidth : float or str, optional
+        Also offload activations to host memory over a link of this many
+        bytes/s (``"16GB/s"``): the plan keeps, offloads or recomputes each
+        value (:func:`remat_core.host.solve_offload`; see :doc:`/offload`).
+        ``None`` (default) or ``0``: remat alone.
 
     Returns
     -------
@@ -753,6 +762,8 @@ def rematerialize(
         raise ValueError(f"`time_limit_s` must be a positive number or None; got {time_limit_s!r}")
     if solver_options is not None and not isinstance(solver_options, dict):
         raise TypeError(f"`solver_options` must be a dict; got {type(solver_options).__name__}")
+    if host_bandwidth is not None:   # solve routes it to remat_core.host, which validates it
+        solver_options = {**(solver_options or {}), "host_bandwidth": host_bandwidth}
     loaded = _load_plans(plan) if plan is not None else {}
     if budget is None and not loaded:
         budget = 1.0
