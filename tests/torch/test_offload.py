@@ -95,3 +95,26 @@ def test_strip_copies_is_the_remat_plan():
     replay(eg.graph, base)   # a valid plan: every register read while live, freed once
     with pytest.raises(TypeError, match="`plan`"):
         OffloadExecutor(eg, make_plan(eg.graph, sched))
+
+
+def test_rematerialize_with_host_bandwidth_trains_like_eager():
+    from remat_torch import rematerialize
+
+    model, inputs, eg = _extracted("transformer")
+    g = eg.graph
+    top = checkpoint_all_peak_bytes(g)
+    budget = g.fixed_bytes + int(0.55 * (top - g.fixed_bytes))
+    rm = rematerialize(copy.deepcopy(model), inputs, budget=budget, method="dtr", granularity="module",
+                       cost_model="unit", host_bandwidth=math.inf, time_limit_s=10)
+    assert isinstance(rm.executor, OffloadExecutor) and rm.executor.host_plan.num_offloads > 0
+    assert rm.result.peak_memory_bytes <= budget and rm.result.stats["recomputations"] == 0
+    ref = copy.deepcopy(model)
+    for step in range(2):
+        torch.manual_seed(step)
+        rm(*inputs).sum().backward()
+        torch.manual_seed(step)
+        ref(*inputs).sum().backward()
+        assert_same_state(rm, ref)
+    with pytest.raises(ValueError, match="`host_bandwidth`"):
+        rematerialize(copy.deepcopy(model), inputs, budget=budget, method="dtr", granularity="module",
+                      cost_model="unit", host_bandwidth="fast")
