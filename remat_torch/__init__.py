@@ -42,7 +42,8 @@ def _check_torch_version(version: str) -> None:
 
 _check_torch_version(_torch.__version__)
 
-from .api import BudgetInfeasibleError, RematModule, rematerialize, resolve_budget, train_step  # noqa: E402
+from .api import (BudgetInfeasibleError, InputMismatchError, RematModule, rematerialize,  # noqa: E402
+                  resolve_budget, train_step)
 from .dtr import dtr  # noqa: E402
 from .execute import Executor  # noqa: E402
 from .extract import GRANULARITIES, ExtractedGraph, UnsupportedModelError, extract_graph  # noqa: E402
@@ -53,5 +54,5 @@ __all__ = [
     "node_costs", "COST_MODELS",
     "Executor",
     "rematerialize", "RematModule", "train_step", "resolve_budget", "BudgetInfeasibleError",
-    "dtr",
+    "InputMismatchError", "dtr",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import inspect
 import json
@@ -14,19 +15,20 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from remat_core import RematResult, Schedule, SolveStatus, make_plan, simulate, solve
 from remat_core.errors import BudgetInfeasibleError, RematError, UnknownMethodError
 from remat_core.units import budget_fraction, format_bytes, min_budget_bytes
 from remat_core.units import resolve_budget as _resolve_budget
 
-from .execute import Executor
-from .extract import GRANULARITIES, CallSpec, ExtractedGraph, _as_tuple_inputs, extract_graph
+from .execute import Executor, _get_rng
+from .extract import GRANULARITIES, CallSpec, ExtractedGraph, UnsupportedModelError, _as_tuple_inputs, extract_graph
 from .guards import AttributeSnapshot, call_signature
 from .offload import OffloadExecutor
 
 __all__ = ["rematerialize", "RematModule", "train_step", "resolve_budget", "BudgetInfeasibleError",
-           "PLAN_FORMAT"]
+           "InputMismatchError", "PLAN_FORMAT"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,11 @@ _PLAN_VERSION = 1
 #: With ``granularity="auto"``, the op-level graph is used when ``auto``'s size rule gives it to a
 #: formulation-based method (``ilp`` or ``lp-rounding``); otherwise the module-level graph.
 AUTO_GRANULARITIES = ("op", "module")
+
+
+class InputMismatchError(RematError, ValueError):
+    """A training call whose tensors do not fit the model (a wrong input width): the message names the
+    input, its shape and the shape the model was planned with."""
 
 
 def resolve_budget(graph, budget: Any) -> int:
@@ -81,6 +88,7 @@ class _Specialization:
         # a plan with a host tier (remat_core.host: solve with host_bandwidth) runs its copies to host memory too
         self.executor = OffloadExecutor(eg, host_plan) if host_plan is not None else Executor(eg, plan, measure=measure)
         self.attrs = attrs
+        self.sig = None  # the call signature it was made for
         self.fingerprint = graph_fingerprint(eg)
 
 
@@ -105,6 +113,7 @@ def graph_fingerprint(eg: ExtractedGraph) -> str:
     put(eg.param_names)
     put(eg.buffer_names)
     put(eg.tangent_meta)
+    put((list(eg.tangent_outputs), list(eg.untraced_outputs), list(eg.released_outputs)))
     put([str(t) for t in eg.input_requires_grad])
     put([j is not None for j in eg.grad_slots])
     put(g.meta.get("input_shapes"))
@@ -138,15 +147,21 @@ class _RematFunction:
                 params, inputs = tensors[:n_params], tensors[n_params:]
                 buffers = [b for _, b in owner.module.named_buffers()]
                 st = ex.begin(params, buffers, inputs)
+                if ex.eg.untraced_outputs:  # to differentiate them outside the plan if a gradient comes
+                    st.rng_start = _get_rng()
                 ex.run_forward(st)
                 ex.apply_buffer_updates(owner.module, st)
                 outs = ex.user_outputs(st)
+                ex.release_outputs(st)
+                ctx.released = [(i, StorageWeakRef(outs[i].untyped_storage()), outs[i].untyped_storage().nbytes())
+                                for i in ex.eg.released_outputs]
                 ctx.owner = owner
                 ctx.spec = spec
                 ctx.state = st
                 ctx.n_params = n_params
                 ctx.input_needs = [x.requires_grad for x in inputs]
-                tangent = set(ex.eg.tangent_outputs)
+                ctx.set_materialize_grads(False)  # no zeros allocated for outputs that get no gradient
+                tangent = set(ex.eg.tangent_outputs) | set(ex.eg.untraced_outputs)
                 nondiff = [o for i, o in enumerate(outs) if i not in tangent]
                 if nondiff:
                     ctx.mark_non_differentiable(*nondiff)
@@ -162,8 +177,12 @@ class _RematFunction:
                     raise RematError("backward through a rematerialized step twice is not supported "
                                      "(its activations are freed); run the forward again")
                 tangents = [grad_outputs[i] for i in ex.eg.tangent_outputs]
+                extra = [(i, grad_outputs[i]) for i in ex.eg.untraced_outputs if grad_outputs[i] is not None]
                 ex.run_backward(st, tangents)
+                _note_kept_outputs(ctx.owner, spec, ctx.released, {i for i, _ in extra})
                 grads = ex.primal_grads(st)
+                if extra:
+                    grads = _add_untraced_grads(ctx.owner, spec, st, extra, grads, ctx.input_needs)
                 n_b = len(ex.eg.buffer_names)
                 pg = grads[:ctx.n_params]
                 ig = grads[ctx.n_params + n_b:]
@@ -173,6 +192,72 @@ class _RematFunction:
 
         cls.cls = RematFunction
         return RematFunction
+
+
+def _note_kept_outputs(owner, spec, released, skip) -> None:
+    """Note the outputs the plan released after the forward pass that the caller still holds after backward.
+
+    The plan counts such an output (the ``logits`` beside a ``loss``) only
+    to the end of the forward pass; a caller that keeps it through backward
+    (``out = model(**batch); out.loss.backward()``) holds its bytes on top
+    of the plan. That is logged, and later calls of this kind get a plan
+    that counts it as fixed memory. Checked once the plan's backward has
+    run, when the plan holds nothing but gradients.
+    """
+    if not released:
+        return
+    kept = [(i, nb) for i, ref, nb in released if i not in skip and not ref.expired()]
+    if not kept:
+        return
+    log.warning("the caller keeps model output(s) %s (%s) through the backward pass, beyond this plan, which "
+                "frees them after the forward pass: this step uses that much more memory; the next calls of "
+                "this kind get a plan that counts them (to save the memory, drop them before backward, e.g. "
+                "`loss = model(**batch).loss`)", [i for i, _ in kept], format_bytes(sum(nb for _, nb in kept)))
+    owner._learned.setdefault(spec.sig, {"grad": set(), "kept": set()})["kept"].update(i for i, _ in kept)
+
+
+def _add_untraced_grads(owner, spec, st, extra, grads, input_needs) -> list:
+    """Add the gradients that reach outputs the plan was traced without a tangent for.
+
+    The plan is traced for the loss alone when the model returns one (the
+    ``logits`` beside it get no backward and are not held); if the caller's
+    loss uses such an output after all, this step differentiates it outside
+    the plan (one more forward and backward in eager PyTorch, with the
+    forward's random numbers and the step's buffers) and later calls of this
+    kind get a plan that includes it: the gradients are always complete.
+    """
+    from torch.func import functional_call
+    from torch.utils._pytree import tree_flatten
+
+    from .execute import _replay_rng
+
+    eg = spec.executor.eg
+    names = [i for i, _ in extra]
+    log.warning("model output(s) %s got a gradient that the plan did not expect (it was made for the loss "
+                "alone): this step differentiates them outside the plan, beyond its memory budget; the next "
+                "calls of this kind get a plan that includes them", names)
+    owner._learned.setdefault(spec.sig, {"grad": set(), "kept": set()})["grad"].update(i for i, _ in extra)
+    model = owner.module
+    vals = st.values
+    n_p, n_b, n_in = eg.n_params, len(eg.buffer_names), eg.n_inputs
+    params = [v.detach().requires_grad_(p.requires_grad) for v, p in zip(vals[:n_p], model.parameters())]
+    buffers = [b.detach().clone() for b in vals[n_p:n_p + n_b]]
+    inputs = [x.detach().requires_grad_(need) for x, need in zip(vals[n_p + n_b:n_p + n_b + n_in], input_needs)]
+    state = {**dict(zip(eg.param_names, params)), **dict(zip(eg.buffer_names, buffers))}
+    args, kwargs = eg.call.rebuild(inputs)
+    autocast = (torch.autocast(device_type=eg.device_type, dtype=eg.autocast_dtype)
+                if eg.autocast_dtype is not None else contextlib.nullcontext())
+    with torch.enable_grad(), _replay_rng(st.rng_start), autocast:
+        out = functional_call(model, state, args, kwargs)
+    flat = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
+    wrt = [(k, t) for k, t in enumerate(params + buffers + inputs) if t.requires_grad]
+    got = torch.autograd.grad([flat[i] for i, _ in extra], [t for _, t in wrt], [g for _, g in extra],
+                              allow_unused=True)
+    grads = list(grads)
+    for (k, _), g in zip(wrt, got):
+        if g is not None:
+            grads[k] = g if grads[k] is None else grads[k] + g
+    return grads
 
 
 def _defaults_for(model) -> dict:
@@ -240,8 +325,15 @@ class RematModule(torch.nn.Module):
         object.__setattr__(self, "_attr_snapshot", AttributeSnapshot(module))
         object.__setattr__(self, "_call_defaults", dict(call_defaults or {}))
         object.__setattr__(self, "_current", None)
+        # call signature -> {"grad": outputs seen getting a gradient beyond the ones a plan was traced for,
+        # "kept": outputs the caller was seen keeping through backward}
+        object.__setattr__(self, "_learned", {})
         self.last_peak_bytes = None
         self.solves = 0
+        # state_dict() has the wrapped model's own keys (no `module.` prefix), so it loads into the model
+        # itself; load_state_dict() takes those keys (and the prefixed ones of older checkpoints)
+        self.register_state_dict_post_hook(_strip_module_prefix)
+        self.register_load_state_dict_pre_hook(_add_module_prefix)
         try:  # callers that read the signature (HF Trainer drops unused dataset columns) see the model's
             sig = inspect.signature(module.forward)
         except (TypeError, ValueError):
@@ -330,9 +422,10 @@ class RematModule(torch.nn.Module):
             return spec
         return None
 
-    def _make(self, args, kwargs) -> _Specialization:
+    def _make(self, args, kwargs, grad_outputs="loss", kept_outputs=()) -> _Specialization:
         s = self._settings
-        spec = _build(self.module, args, kwargs, s, self._loaded)
+        spec = _build(self.module, args, kwargs, s, self._loaded, grad_outputs=grad_outputs,
+                      kept_outputs=kept_outputs)
         self.solves += int(spec.result.method != "loaded")
         return spec
 
@@ -352,13 +445,23 @@ class RematModule(torch.nn.Module):
         device_type = tensors[0].device.type if tensors else "cpu"
         attrs = self._attr_snapshot.take()
         sig = _signature_key(call, tensors)
-        key = ("plan", sig, _grad_flags(self.module), str(self._autocast_state(device_type)), hash(attrs))
+        learned = self._learned.get(sig, {})
+        extra, kept = frozenset(learned.get("grad", ())), frozenset(learned.get("kept", ()))
+        key = ("plan", sig, _grad_flags(self.module), str(self._autocast_state(device_type)), hash(attrs), extra,
+               kept)
         spec = self._lookup(key, tensors, attrs)
         if spec is None:
             if self._plans:
                 log.info("no plan for this call yet (new shapes, dtypes, flags or attribute values): solving one")
-            spec = self._make(args, kwargs)
+            try:
+                spec = self._make(args, kwargs, self._grad_outputs_for(sig, extra), sorted(kept))
+            except UnsupportedModelError as exc:
+                mismatch = self._input_mismatch(call, tensors, exc)
+                if mismatch is None:
+                    raise
+                raise mismatch from exc
             spec.attrs = attrs
+            spec.sig = sig
             self._insert(key, spec)
         object.__setattr__(self, "_current", spec)
         eg = spec.eg
@@ -369,6 +472,40 @@ class RematModule(torch.nn.Module):
         params = [p for _, p in self.module.named_parameters()]
         flat = _RematFunction.get().apply(self, spec, len(params), *params, *tensors)
         return _unflatten_outputs(eg, flat)
+
+    def _input_mismatch(self, call, tensors, exc) -> "InputMismatchError | None":
+        """A clear error for a call whose tensors have other shapes than planned and that cannot be traced."""
+        if not isinstance(exc.__cause__, RuntimeError) or not self._plans:
+            return None
+        planned = [sp.eg for lst in self._plans.values() for sp in lst
+                   if sp.eg.call is not None and repr(sp.eg.call.spec) == repr(call.spec)]
+        if not planned:
+            return None
+        shapes = planned[-1].graph.meta.get("input_shapes") or []
+        if len(shapes) != len(tensors):
+            return None
+        diff = [(i, list(t.shape), list(s)) for i, (t, s) in enumerate(zip(tensors, shapes)) if list(t.shape) != list(s)]
+        # a dimension other than the first (the batch) is the likelier culprit
+        diff.sort(key=lambda d: len(d[1]) == len(d[2]) and d[1][1:] == d[2][1:])
+        if not diff:
+            return None
+        i, got, want = diff[0]
+        cause = str(exc.__cause__).splitlines()[0] if str(exc.__cause__) else ""
+        return InputMismatchError(
+            f"input {i} has shape {tuple(got)}, the model expects {tuple(want)} (the shape it was planned "
+            f"with; other batch sizes are planned on first sight, but this call cannot be traced: "
+            f"{type(exc.__cause__).__name__}: {cause})")
+
+    def _grad_outputs_for(self, sig, extra):
+        """``grad_outputs`` for a new plan: the loss, plus the outputs seen getting a gradient."""
+        if not extra:
+            return "loss"
+        traced = set(extra)
+        for lst in self._plans.values():
+            for sp in lst:
+                if getattr(sp, "sig", None) == sig:
+                    traced.update(sp.eg.tangent_outputs)
+        return sorted(traced)
 
     def replan(self, budget: Any = None, method: str | None = None, time_limit_s: Any = "same",
                solver_options: dict | None = None) -> "RematModule":
@@ -400,6 +537,7 @@ class RematModule(torch.nn.Module):
             raise _infeasible(eg, budget_bytes, result, settings)
         spec = _Specialization(eg, result, make_plan(eg.graph, result.schedule, hoist=settings.hoist),
                                settings.measure, attrs=cur.attrs)
+        spec.sig = cur.sig
         rm = RematModule(self.module, settings, None, None, call_defaults=self._call_defaults)
         key = next((k for k, lst in self._plans.items() if cur in lst), None)
         rm._insert(key, spec)
@@ -407,7 +545,45 @@ class RematModule(torch.nn.Module):
         rm.solves = 1
         return rm
 
+    # ---------------------------------------------------------------- pickling
+    def __getstate__(self):
+        """Pickle (``torch.save``) the model, the settings and every plan's schedule, not the traced graphs.
+
+        Compiled plans and traced graphs hold generated code that does not
+        pickle; an unpickled module traces each kind of call again on first
+        sight and uses the saved schedule without solving (as ``plan=``).
+        """
+        state = dict(self.__dict__)
+        loaded = dict(self._loaded)
+        for e in self._plan_entries():
+            loaded[e["fingerprint"]] = e
+        state["_loaded"] = loaded
+        state["_plans"] = collections.OrderedDict()
+        state["_current"] = None
+        state.pop("_attr_snapshot", None)
+        state.pop("forward", None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        object.__setattr__(self, "_attr_snapshot", AttributeSnapshot(self.module))
+        try:
+            sig = inspect.signature(self.module.forward)
+        except (TypeError, ValueError):
+            sig = None
+        if sig is not None:
+            self.__dict__["forward"] = _Forward(self, sig)
+
     # ---------------------------------------------------------------- saving
+    def _plan_entries(self) -> list:
+        return [{
+            "fingerprint": s.fingerprint, "description": _describe(s.eg),
+            "granularity": s.eg.granularity, "blocks": s.eg.graph.meta.get("blocks"),
+            "budget_bytes": int(s.result.budget_bytes), "method": s.result.method,
+            "objective": s.result.objective, "peak_memory_bytes": s.result.peak_memory_bytes,
+            "hoist": bool(self._settings.hoist), "schedule": s.result.schedule.to_dict(),
+        } for lst in self._plans.values() for s in lst]
+
     def save_plan(self, path) -> None:
         """Write every cached plan to ``path`` (JSON), for ``rematerialize(..., plan=path)``.
 
@@ -421,18 +597,9 @@ class RematModule(torch.nn.Module):
         RematError
             If there is no plan yet.
         """
-        specs = [s for lst in self._plans.values() for s in lst]
-        if not specs:
+        entries = self._plan_entries()
+        if not entries:
             raise RematError("no plan to save yet: call the module once in training mode first")
-        entries = []
-        for s in specs:
-            entries.append({
-                "fingerprint": s.fingerprint, "description": _describe(s.eg),
-                "granularity": s.eg.granularity, "blocks": s.eg.graph.meta.get("blocks"),
-                "budget_bytes": int(s.result.budget_bytes), "method": s.result.method,
-                "objective": s.result.objective, "peak_memory_bytes": s.result.peak_memory_bytes,
-                "hoist": bool(self._settings.hoist), "schedule": s.result.schedule.to_dict(),
-            })
         data = {"format": PLAN_FORMAT, "version": _PLAN_VERSION, "torch": torch.__version__, "plans": entries}
         tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
         try:
@@ -442,6 +609,24 @@ class RematModule(torch.nn.Module):
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+
+
+def _strip_module_prefix(module, state_dict, prefix, local_metadata) -> None:
+    inner = prefix + "module."
+    keys = list(state_dict)
+    for k in keys:
+        v = state_dict.pop(k)
+        state_dict[prefix + k[len(inner):] if k.startswith(inner) else k] = v
+    meta = getattr(state_dict, "_metadata", None)
+    if meta is not None:
+        for k in [k for k in meta if (k + ".").startswith(inner)]:
+            meta[prefix + k[len(inner):]] = meta.pop(k)
+
+
+def _add_module_prefix(module, state_dict, prefix, local_metadata, strict, missing, unexpected, errors) -> None:
+    inner = prefix + "module."
+    for k in [k for k in list(state_dict) if k.startswith(prefix) and not k.startswith(inner)]:
+        state_dict[inner + k[len(prefix):]] = state_dict.pop(k)
 
 
 class _Forward:
@@ -546,9 +731,11 @@ def _infeasible(eg: ExtractedGraph, budget_bytes: int, result: RematResult, s: _
         result, budget_bytes=budget_bytes, min_budget_bytes=need, culprit=scope or node)
 
 
-def _extract(model, args, kwargs, s: _Settings, granularity: str, blocks) -> ExtractedGraph:
+def _extract(model, args, kwargs, s: _Settings, granularity: str, blocks, grad_outputs="loss",
+             kept_outputs=()) -> ExtractedGraph:
     return extract_graph(model, args, granularity=granularity, blocks=blocks, cost_model=s.cost_model,
-                         autocast_dtype=s.autocast_dtype, workspace=s.workspace, example_kwargs=kwargs)
+                         autocast_dtype=s.autocast_dtype, workspace=s.workspace, example_kwargs=kwargs,
+                         grad_outputs=grad_outputs, kept_outputs=kept_outputs)
 
 
 def _check_input_dtypes(model, args, kwargs, s: _Settings) -> None:
@@ -579,7 +766,8 @@ def _check_input_dtypes(model, args, kwargs, s: _Settings) -> None:
             "model (model.to(dtype)), or train under autocast (`autocast_dtype=`)") from exc
 
 
-def _build(model, args, kwargs, s: _Settings, loaded: dict, require_loaded: bool = False) -> _Specialization:
+def _build(model, args, kwargs, s: _Settings, loaded: dict, require_loaded: bool = False,
+           grad_outputs: Any = "loss", kept_outputs=()) -> _Specialization:
     """Trace, then reuse a loaded schedule or solve one: a specialization for this call.
 
     With ``require_loaded`` (the call given to ``rematerialize(..., plan=)``) a call no saved plan fits is
@@ -596,18 +784,18 @@ def _build(model, args, kwargs, s: _Settings, loaded: dict, require_loaded: bool
         if gran == "auto" and len(grans) == 1:
             gran = grans.pop()
     if gran == "auto":
-        eg = _extract(model, args, kwargs, s, "op", None)
+        eg = _extract(model, args, kwargs, s, "op", None, grad_outputs, kept_outputs)
         rule = {"op_nodes": int(eg.graph.n), "op_path": choose_path(eg.graph, s.time_limit_s)}
         if rule["op_path"] == "large":
             log.info("granularity auto: %d op-level nodes is beyond the solver's size; using module level",
                      eg.graph.n)
-            eg = _extract(model, args, kwargs, s, "module", None)
+            eg = _extract(model, args, kwargs, s, "module", None, grad_outputs, kept_outputs)
         meta = eg.graph.meta
         meta["granularity_auto"] = rule
         eg.graph = eg.graph.replace(meta=meta)
         gran = eg.granularity
     else:
-        eg = _extract(model, args, kwargs, s, gran, blocks)
+        eg = _extract(model, args, kwargs, s, gran, blocks, grad_outputs, kept_outputs)
     t1 = time.perf_counter()
     fp = graph_fingerprint(eg)
     entry = loaded.get(fp) if loaded else None
@@ -794,8 +982,9 @@ def rematerialize(
     attrs = rm._attr_snapshot.take()
     first.attrs = attrs
     device_type = tensors[0].device.type if tensors else "cpu"
-    key = ("plan", _signature_key(call, tensors), _grad_flags(model), str(rm._autocast_state(device_type)),
-           hash(attrs))
+    first.sig = _signature_key(call, tensors)
+    key = ("plan", first.sig, _grad_flags(model), str(rm._autocast_state(device_type)), hash(attrs), frozenset(),
+           frozenset())
     rm._insert(key, first)
     object.__setattr__(rm, "_current", first)
     rm.solves = int(first.result.method != "loaded")

@@ -69,6 +69,7 @@ class StepState:
     peak_bytes: int = 0
     step_bytes: list = field(default_factory=list)
     fixed_ptrs: set = field(default_factory=set)
+    rng_start: Any = None  # RNG states at the start of the forward (for an output's gradient outside the plan)
 
 
 class Executor:
@@ -135,6 +136,8 @@ class Executor:
         self._n_mut = len(extracted.mutated_buffers)
         self._n_fwd_out = self._n_mut + extracted.n_user_outputs
         self._n_joint = self._n_fwd_out + len(extracted.grad_slots)
+        # joint outputs held as fixed bytes: buffer updates and the model outputs traced with a tangent
+        self._fixed_joint = frozenset(range(self._n_fwd_out)) - {self._n_mut + i for i in extracted.released_outputs}
         self._tangent_base = len(extracted.param_names) + len(extracted.buffer_names) + extracted.n_inputs
         self._tangent_contiguous = [torch.empty(0).new_empty_strided(shape, stride, device="meta").is_contiguous()
                                     for shape, stride, _ in extracted.tangent_meta]
@@ -227,6 +230,12 @@ class Executor:
     def user_outputs(self, st: StepState) -> list:
         return st.joint_values[self._n_mut:self._n_fwd_out]
 
+    def release_outputs(self, st: StepState) -> None:
+        """Drop the step's references to the model outputs once they are handed over: from then on they
+        live as long as the caller keeps them (the ``logits`` beside a ``loss`` are not held to the end)."""
+        for j in range(self._n_mut, self._n_fwd_out):
+            st.joint_values[j] = None
+
     def buffer_updates(self, st: StepState) -> dict:
         """``{buffer position: new value}`` of the mutated buffers."""
         jv = st.joint_values
@@ -264,8 +273,9 @@ class Executor:
                     jptrs = set()  # model outputs and buffer updates: fixed bytes
                     for oi, j in spec.joint_outputs:
                         t = outs[oi]
-                        if j < self._n_fwd_out:
+                        if j in self._fixed_joint:
                             jptrs.add(t.untyped_storage().data_ptr())
+                        if j < self._n_fwd_out:
                             if s.stage == k:
                                 st.joint_values[j] = t
                         elif s.register == self._last_register[k]:
@@ -315,7 +325,7 @@ class Executor:
         # with workspaces measured on the allocator, the graph already has what the op-by-op run would find
         if not self.measure or self.eg.graph.meta.get("workspace") == "measure":
             return self._fns[k](*args), None
-        return _run_measured(self.eg.groups[k], args, st.fixed_ptrs, self._n_fwd_out)
+        return _run_measured(self.eg.groups[k], args, st.fixed_ptrs, self._fixed_joint)
 
     # ------------------------------------------------------- one-call step
     def step(self, model, inputs: Sequence, tangents: Sequence | None = None, accumulate: bool = True):
@@ -568,13 +578,13 @@ def _replay_rng(state):
         _set_rng(saved)
 
 
-def _run_measured(spec, args, fixed_ptrs, n_fixed_joint):
+def _run_measured(spec, args, fixed_ptrs, fixed_joint):
     """Run a group op by op; returns (outputs, internal peak bytes).
 
     The rule matches :func:`remat_torch.extract._internal_peak`: after each op
     its values are live; a value dies after its last read in the group unless
     it is returned; a storage counts while a live value references it. Storages
-    of inputs and of the joint outputs below ``n_fixed_joint`` (model outputs,
+    of inputs and of the joint outputs in ``fixed_joint`` (model outputs,
     buffer updates) are fixed memory and not counted.
     """
     import torch
@@ -616,7 +626,7 @@ def _run_measured(spec, args, fixed_ptrs, n_fixed_joint):
     outs = tuple(env[a] if isinstance(a, torch.fx.Node) else a for a in out_node.args[0])
     excluded = set(fixed_ptrs)
     for oi, j in spec.joint_outputs:
-        if j < n_fixed_joint:
+        if j in fixed_joint:
             excluded.add(outs[oi].untyped_storage().data_ptr())
     for x in args:
         if isinstance(x, torch.Tensor):

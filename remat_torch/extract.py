@@ -23,7 +23,9 @@ A node's ``memory_bytes`` is the size of the distinct storages of the values it
 produces for other nodes; ``workspace_bytes`` is how far its internal
 temporaries push the peak above that. Parameters, buffers (and the snapshot of
 mutated buffers), inputs, output tangents, model outputs and buffer updates
-are ``fixed_bytes``. Parameter gradients are
+are ``fixed_bytes``, except the outputs traced without a tangent
+(``grad_outputs``; the ``logits`` beside a ``loss``), which are node memory
+held to the end of the forward pass. Parameter gradients are
 the ``memory_bytes`` of the nodes that compute them (above op granularity,
 gradient-only ops form a node of their own beside their module's node), and
 a last node, ``<gradients>``, reads them all: they are allocated where the
@@ -135,6 +137,13 @@ class ExtractedGraph:
     value_reads : remat_torch.guards.ValueReads or None
         Values the trace read from tensors and the program that recomputes
         them on a call (the plan holds only while they are the same).
+    untraced_outputs : list of int
+        User outputs that require grad but were traced without a tangent
+        (``grad_outputs``): the graph has no backward for them.
+    released_outputs : list of int
+        Those of them not in ``kept_outputs``: the graph holds them only to
+        the end of the forward pass, as node memory (an ``<outputs>`` node
+        reads them), not as fixed bytes.
     """
 
     graph: Graph
@@ -156,6 +165,8 @@ class ExtractedGraph:
     call: Any = None
     out_template: list = field(default_factory=list)
     value_reads: Any = None
+    untraced_outputs: list = field(default_factory=list)
+    released_outputs: list = field(default_factory=list)
 
     @property
     def n_params(self) -> int:
@@ -257,6 +268,19 @@ class CallSpec:
 
 
 @contextlib.contextmanager
+def _quiet_fake_tensor_log():
+    """Silence the fake-tensor logger while tracing: a failing shape check logs its whole traceback there
+    before raising; the error raised (translated by ``_translate_trace_error``) already says what failed."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+@contextlib.contextmanager
 def _scope_tracking(model, set_meta: bool):
     """Module-path stack while ``model`` runs (forward hooks); optionally tags FX nodes with it."""
     import torch.fx.traceback as fxt
@@ -293,16 +317,19 @@ def _scope_tracking(model, set_meta: bool):
             fxt.current_meta.pop("custom", None)
 
 
-def _select_outputs(out, clone: frozenset):
-    """The tensor leaves of a model output, those in ``clone`` copied (outputs that alias)."""
+def _select_outputs(out, clone: frozenset, detach: frozenset = frozenset()):
+    """The tensor leaves of a model output, those in ``clone`` copied (outputs that alias), those in
+    ``detach`` detached (outputs traced without a tangent: the joint graph gets no backward for them)."""
     import torch
     from torch.utils._pytree import tree_flatten
 
     flat = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
-    return tuple(o.clone() if i in clone else o for i, o in enumerate(flat))
+    flat = [o.clone() if i in clone else o for i, o in enumerate(flat)]
+    return tuple(o.detach() if i in detach else o for i, o in enumerate(flat))
 
 
-def _trace_joint(model, call: CallSpec, tensors: tuple, autocast_dtype, clone: frozenset, reads):
+def _trace_joint(model, call: CallSpec, tensors: tuple, autocast_dtype, clone: frozenset, reads,
+                 detach: frozenset = frozenset()):
     """Capture AOTAutograd's joint graph; returns (joint, n_fwd_outputs, param names, buffer names, mutated)."""
     import torch
     import torch.fx.traceback as fxt
@@ -340,13 +367,13 @@ def _trace_joint(model, call: CallSpec, tensors: tuple, autocast_dtype, clone: f
             reads.reset()
         state = {**dict(zip(param_names, args[:n_p])), **dict(zip(buffer_names, args[n_p:n_p + n_b]))}
         a, k = call.rebuild(args[n_p + n_b:])
-        return _select_outputs(functional_call(model, state, a, k), clone)
+        return _select_outputs(functional_call(model, state, a, k), clone, detach)
 
     compiled = aot_function(fn, fw_compiler=lambda g, _: g, bw_compiler=lambda g, _: g, partition_fn=partition)
     # clones: nothing is mutated or run for real (we stop inside the partitioner)
     buffer_copies = [b.detach().clone() for b in buffers]
     device_type = tensors[0].device.type if tensors else "cpu"
-    with _scope_tracking(model, set_meta=True) as stack:
+    with _scope_tracking(model, set_meta=True) as stack, _quiet_fake_tensor_log():
         try:
             with torch.random.fork_rng(devices=[]), fxt.preserve_node_meta(), replaying_reads(reads):
                 if autocast_dtype is not None:
@@ -413,11 +440,13 @@ def _translate_trace_error(exc: Exception, stack: Sequence[str] = ()) -> Excepti
 def _fake_metadata(model, call: CallSpec, tensors, autocast_dtype, reads):
     """Run the forward once on fake tensors.
 
-    Returns ``(out_spec, out_template, tangent_outputs, clone)``: the output's
-    pytree spec; one entry per output leaf, ``("t", k)`` for the ``k``-th
-    tensor or ``("c", value)`` for a constant; the tensor outputs that need a
-    tangent; the tensor outputs that alias an input or another output (or are
-    views), which the traced function returns as copies.
+    Returns ``(out_spec, out_template, tangent_outputs, clone, scalars, view_only)``:
+    the output's pytree spec; one entry per output leaf, ``("t", k)`` for the
+    ``k``-th tensor or ``("c", value)`` for a constant; the tensor outputs
+    that need a tangent; the tensor outputs that alias an input or another
+    output (or are views), which the traced function returns as copies; the
+    0-dim ones among those that need a tangent; the views among the copies
+    that alias nothing else.
     """
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -435,7 +464,7 @@ def _fake_metadata(model, call: CallSpec, tensors, autocast_dtype, reads):
     device_type = tensors[0].device.type if tensors else "cpu"
     if reads:
         reads.reset()
-    with _scope_tracking(model, set_meta=False) as stack:
+    with _scope_tracking(model, set_meta=False) as stack, _quiet_fake_tensor_log():
         try:
             with torch.random.fork_rng(devices=[]), replaying_reads(reads), mode:
                 a, k = call.rebuild(fx_in)
@@ -461,14 +490,17 @@ def _fake_metadata(model, call: CallSpec, tensors, autocast_dtype, reads):
                 "passed through a rematerialized step (for a cache object, call the model with `use_cache=False`, "
                 "as training does)")
     seen = {x.untyped_storage()._cdata for x in fx_in}
-    clone = set()
+    clone, view_only = set(), set()
     for j, o in enumerate(touts):
         key = o.untyped_storage()._cdata
         if o._is_view() or key in seen:
             clone.add(j)
+            if key not in seen:
+                view_only.add(j)
         seen.add(key)
     tangent_outputs = [i for i, o in enumerate(touts) if o.requires_grad and (o.is_floating_point() or o.is_complex())]
-    return spec, template, tangent_outputs, frozenset(clone)
+    scalars = [i for i in tangent_outputs if touts[i].dim() == 0]
+    return spec, template, tangent_outputs, frozenset(clone), scalars, frozenset(view_only)
 
 
 def _reads_a_value(exc) -> bool:
@@ -518,6 +550,8 @@ def extract_graph(
     name: str | None = None,
     workspace: str | None = None,
     example_kwargs: dict | None = None,
+    grad_outputs: Any = "all",
+    kept_outputs: Sequence[int] = (),
     **profile_options: Any,
 ) -> ExtractedGraph:
     """Extract the training graph of ``model`` at a chosen granularity.
@@ -556,6 +590,19 @@ def extract_graph(
         Keyword arguments of the call. Positional and keyword inputs may be
         tuples, lists and dicts of tensors and plain values: tensors become
         graph inputs, the other leaves constants the graph is specialized on.
+    grad_outputs : "all", "loss" or sequence of int
+        Which tensor outputs the backward pass starts from (get a tangent):
+        ``"all"`` (default) every output that requires grad; ``"loss"`` the
+        scalar outputs that require grad when there are any (a Hugging Face
+        model's ``loss`` beside its ``logits``), else all; or the positions
+        of the chosen outputs among the tensor outputs. The other outputs
+        are not differentiated and are not fixed memory: they are held to the
+        end of the forward pass only (``ExtractedGraph.released_outputs``),
+        unless they are in ``kept_outputs``.
+    kept_outputs : sequence of int
+        Outputs traced without a tangent that the caller keeps through the
+        backward pass (``out = model(**batch); out.loss.backward()`` keeps
+        ``out.logits``): fixed bytes, as the outputs with a tangent.
     **profile_options
         Passed to :func:`remat_torch.profile.node_costs` (``warmup``, ``repeats``).
 
@@ -625,10 +672,16 @@ def extract_graph(
     reads = None
     for attempt in range(2):
         try:
-            out_spec, out_template, tangent_outputs, clone = _fake_metadata(model, call, inputs, autocast_dtype,
-                                                                            reads)
-            joint, n_fwd_out, param_names, buffer_names, mutated = _trace_joint(model, call, inputs,
-                                                                               autocast_dtype, clone, reads)
+            out_spec, out_template, tangent_outputs, clone, scalars, view_only = _fake_metadata(
+                model, call, inputs, autocast_dtype, reads)
+            traced = _traced_grad_outputs(grad_outputs, tangent_outputs, scalars)
+            untraced = [i for i in tangent_outputs if i not in traced]
+            released = [i for i in untraced if i not in set(kept_outputs)]
+            # a detached view of an intermediate needs no copy (AOTAutograd makes no base output for it)
+            clone = clone - (view_only & frozenset(untraced))
+            joint, n_fwd_out, param_names, buffer_names, mutated = _trace_joint(
+                model, call, inputs, autocast_dtype, clone, reads, detach=frozenset(untraced))
+            tangent_outputs = traced
             break
         except UnsupportedModelError as exc:
             if attempt or not _reads_a_value(exc.__cause__):
@@ -650,13 +703,15 @@ def extract_graph(
             "are not supported"
         )
     grad_slots = [n_fwd_out + i if outs[n_fwd_out + i] is not None else None for i in range(n_primals)]
+    _drop_identity_clones(joint)
     placeholders = [n for n in joint.graph.nodes if n.op == "placeholder"]
     n_tangents = len(placeholders) - n_primals
     if n_tangents != len(tangent_outputs):
         raise UnsupportedModelError(
             f"the joint graph has {n_tangents} tangents but {len(tangent_outputs)} model outputs require grad"
         )
-    groups, tangent_meta, fixed_extra = _group(joint, placeholders, outs, n_primals, granularity, block_names)
+    groups, tangent_meta, fixed_extra = _group(joint, placeholders, outs, n_primals, granularity, block_names,
+                                               untraced={len(mutated) + i for i in released})
     # fixed bytes: parameters, buffers, mutated-buffer snapshots, inputs, tangents, joint outputs
     fixed = 0
     seen: set = set()
@@ -701,7 +756,8 @@ def extract_graph(
         tangent_outputs=tangent_outputs, grad_slots=grad_slots, tangent_meta=tangent_meta,
         input_requires_grad=[bool(x.requires_grad) for x in inputs], autocast_dtype=autocast_dtype,
         device_type=inputs[0].device.type if inputs else "cpu", granularity=granularity,
-        call=call, out_template=out_template, value_reads=reads,
+        call=call, out_template=out_template, value_reads=reads, untraced_outputs=untraced,
+        released_outputs=released,
     )
     if cost_model != "unit":
         costs, unit = node_costs(eg, model, inputs, cost_model, **profile_options)
@@ -725,8 +781,66 @@ def extract_graph(
     return eg
 
 
-def _group(joint, placeholders, outs, n_primals, granularity, block_names):
-    """Units, groups, memory and workspace. Returns (groups, tangent_meta, fixed_extra_bytes)."""
+def _drop_identity_clones(joint) -> int:
+    """Remove the ``clone`` ops that only stand for "no op" in the joint graph; returns how many.
+
+    PyTorch's decomposition of ``dropout`` with ``p=0`` (or outside
+    training) is ``input.clone()``, where eager ATen returns the input
+    itself: the traced step would copy every such tensor (Hugging Face
+    attention weights with ``attention_dropout=0``) and keep both copies for
+    the backward, above eager's peak. A ``clone`` without a memory format of
+    an intermediate whose layout is dense (the copy has the same strides) is
+    replaced by its input, unless either is a graph output (outputs must not
+    alias each other). The graph is functional, so nothing writes to either.
+    """
+    import torch
+
+    out_node = next(n for n in joint.graph.nodes if n.op == "output")
+    returned = set(out_node.all_input_nodes)
+    removed = 0
+    for n in list(joint.graph.nodes):
+        if n.op != "call_function" or n.target is not torch.ops.aten.clone.default or n.kwargs:
+            continue
+        src = n.args[0]
+        if len(n.args) != 1 or src.op != "call_function" or n in returned or src in returned:
+            continue
+        val, sval = n.meta.get("val"), src.meta.get("val")
+        if not (isinstance(val, torch.Tensor) and isinstance(sval, torch.Tensor)):
+            continue
+        if tuple(val.stride()) != tuple(sval.stride()) or val.dtype != sval.dtype:
+            continue
+        n.replace_all_uses_with(src)
+        joint.graph.erase_node(n)
+        removed += 1
+    if removed:
+        joint.recompile()
+    return removed
+
+
+def _traced_grad_outputs(grad_outputs, differentiable: list, scalars: list) -> list:
+    """The outputs traced with a tangent, for ``extract_graph``'s ``grad_outputs``."""
+    if isinstance(grad_outputs, str):
+        if grad_outputs == "all":
+            return list(differentiable)
+        if grad_outputs == "loss":
+            return list(scalars) or list(differentiable)
+        raise ValueError(f"`grad_outputs` must be 'all', 'loss' or a sequence of output positions; "
+                         f"got {grad_outputs!r}")
+    try:
+        chosen = {int(i) for i in grad_outputs}
+    except (TypeError, ValueError):
+        raise TypeError(f"`grad_outputs` must be 'all', 'loss' or a sequence of output positions; "
+                        f"got {grad_outputs!r}") from None
+    traced = [i for i in differentiable if i in chosen]
+    return traced or list(differentiable)
+
+
+def _group(joint, placeholders, outs, n_primals, granularity, block_names, untraced=frozenset()):
+    """Units, groups, memory and workspace. Returns (groups, tangent_meta, fixed_extra_bytes).
+
+    ``untraced``: joint output positions of user outputs without a tangent; they are node memory, held
+    to the end of the forward pass by an ``<outputs>`` node.
+    """
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.multiprocessing.reductions import StorageWeakRef
@@ -827,7 +941,9 @@ def _group(joint, placeholders, outs, n_primals, granularity, block_names):
                 f"joint output {j} ({o.name}) aliases a parameter, input or tangent "
                 "(a model output or gradient that is a view of an input is not supported)")
         joint_out_index.setdefault(o, []).append(j)
-    for o in outs[:first_grad]:
+    for j, o in enumerate(outs[:first_grad]):
+        if j in untraced:
+            continue
         for k, b in value_keys.get(o, ()):
             if k not in fixed_keys:
                 fixed_keys.add(k)
@@ -938,7 +1054,37 @@ def _group(joint, placeholders, outs, n_primals, granularity, block_names):
     producers = [k for k, spec in enumerate(groups) if any(j >= first_grad for _, j in spec.joint_outputs)]
     if producers:
         groups.append(_gradients_node(len(groups), producers, groups))
+    if untraced:
+        groups = _insert_outputs_node(groups, untraced)
     return groups, tangent_meta, extra_fixed
+
+
+def _insert_outputs_node(groups, untraced):
+    """Insert, after the last forward node, a node that reads the outputs traced without a tangent.
+
+    The executor holds them from their computation until the forward pass
+    returns them to the caller; this node keeps them resident in the memory
+    model until then. After it they are ordinary values, freed after their
+    last reader: what the caller keeps (the ``logits`` beside a ``loss``) is
+    the caller's memory, as in eager PyTorch.
+    """
+    import torch
+    import torch.fx as fx
+
+    at = sum(1 for g in groups if not g.is_backward)
+    sources = [(k, i) for k, spec in enumerate(groups) for i, j in spec.joint_outputs if j in untraced]
+    sources = list(dict.fromkeys(sources))
+    graph = fx.Graph()
+    for n, _ in enumerate(sources):
+        graph.placeholder(f"in_{n}")
+    graph.output(())
+    node = GroupSpec(name=f"fwd{at}:<outputs>", fn=fx.GraphModule(torch.nn.Module(), graph),
+                     inputs=[("node", k, i) for k, i in sources], outputs=[], joint_outputs=[], random=False,
+                     ops=(), scope="", is_backward=False, memory_bytes=0, workspace_bytes=0)
+    out = groups[:at] + [node] + groups[at:]
+    for spec in out[at + 1:]:
+        spec.inputs = [("node", s[1] + (s[1] >= at), s[2]) if s[0] == "node" else s for s in spec.inputs]
+    return out
 
 
 def _identity_module(n: int):

@@ -44,6 +44,14 @@ def llama(batch=B):
     return transformers.LlamaForCausalLM(cfg), {"input_ids": ids, "labels": ids}
 
 
+def qwen2(batch=B):
+    cfg = transformers.Qwen2Config(num_hidden_layers=2, hidden_size=H, num_attention_heads=2, num_key_value_heads=1,
+                                   intermediate_size=64, vocab_size=V, max_position_embeddings=64,
+                                   bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    ids = _ids(batch, L)
+    return transformers.Qwen2ForCausalLM(cfg), {"input_ids": ids, "labels": ids}
+
+
 def vit(batch=B):
     cfg = transformers.ViTConfig(image_size=32, patch_size=4, num_channels=3, num_hidden_layers=2, hidden_size=H,
                                  num_attention_heads=2, intermediate_size=64, num_labels=5)
@@ -71,6 +79,6 @@ MODELS = {"gpt2": gpt2, "bert": bert, "llama": llama, "vit": vit, "t5": t5}
 
 def make(name, batch=B, seed=0):
     torch.manual_seed(seed)
-    model, batch_kw = (MODELS.get(name) or {"resnet": resnet}[name])(batch)
+    model, batch_kw = (MODELS.get(name) or {"resnet": resnet, "qwen2": qwen2}[name])(batch)
     model.train()
     return model, batch_kw

@@ -217,3 +217,51 @@ def test_requires_grad_changes_after_planning_get_a_plan_of_their_own():
     net[2].requires_grad_(True)
     both()  # back to a flag set seen before: its plan is reused
     assert rm.num_plans == 4
+
+
+def test_wrong_input_width_names_the_input_and_the_expected_shape(caplog):
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    rm = rematerialize(net, torch.randn(3, 4), budget=1.0, cost_model="unit", granularity="module")
+    with pytest.raises(ValueError, match=r"input 0 has shape \(3, 5\), the model expects \(3, 4\)") as info:
+        rm(torch.randn(3, 5))
+    assert isinstance(info.value, remat_core.RematError)
+    assert "fake_tensor" not in caplog.text  # no traceback logged by the fake-tensor mode
+
+
+def test_state_dict_keys_load_into_the_original_model():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    keys = list(net.state_dict())
+    rm = rematerialize(net, torch.randn(3, 4), budget=1.0, cost_model="unit", granularity="module")
+    sd = rm.state_dict()
+    assert list(sd) == keys
+    fresh = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    fresh.load_state_dict(sd)  # strict: the keys match
+    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), sd.values()))
+    torch.nn.init.zeros_(fresh[0].weight)
+    rm.load_state_dict(fresh.state_dict())
+    assert torch.equal(net[0].weight, torch.zeros(8, 4))
+    outer = torch.nn.Sequential(rm)  # nested: the prefix of the parent only
+    assert list(outer.state_dict()) == [f"0.{k}" for k in keys]
+    outer.load_state_dict(outer.state_dict())
+
+
+def test_pickle_and_torch_save_keep_the_plans_schedules(tmp_path):
+    import pickle
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    x = torch.randn(64, 4)
+    rm = rematerialize(net, x, budget=0.99, cost_model="unit", granularity="module")
+    rm(x).sum().backward()
+    want = [p.grad.clone() for p in net.parameters()]
+    path = tmp_path / "rm.pt"
+    torch.save(rm, path)
+    for copy_ in (pickle.loads(pickle.dumps(rm)), torch.load(path, weights_only=False)):
+        copy_.zero_grad(set_to_none=True)
+        copy_(x).sum().backward()
+        assert copy_.result.method == "loaded"  # traced again, its schedule reused without solving
+        assert (copy_.result.schedule.to_dict() == rm.result.schedule.to_dict())
+        for p, g in zip(copy_.module.parameters(), want):
+            torch.testing.assert_close(p.grad, g)
