@@ -397,6 +397,12 @@ def _solve_summary(graph: Graph, res) -> list[str]:
              f"budget    {format_bytes(res.budget_bytes)} ({frac:.2f} of activation memory)",
              f"method    {res.method}{' (' + res.backend + ')' if res.backend else ''}: {res.status.value} "
              f"in {res.solve_time_s:.2f} s"]
+    # a method that returns another method's schedule (ilp whose program was not built, a fallback at a deadline)
+    producer = res.stats.get("schedule_method") or res.stats.get("heuristic_method")
+    if res.stats.get("model_built") is False:
+        lines[-1] += f" (its program was NOT built: over the model memory limit; schedule from {producer or '-'})"
+    elif res.success and producer and producer != res.method:
+        lines[-1] += f" (schedule from {producer})"
     if res.success:
         over = res.objective / base - 1 if base > 0 else 0.0
         lines.append(f"peak      {format_bytes(res.peak_memory_bytes)} "
@@ -406,7 +412,9 @@ def _solve_summary(graph: Graph, res) -> list[str]:
             lines.append(f"host      {res.stats['offloaded_values']} values offloaded, host peak "
                          f"{format_bytes(res.stats['peak_host_bytes'])}, stalls +{_pct(res.stats['stall'] / base)}: "
                          f"{res.stats['plan']}")
-        if res.lower_bound is not None and base > 0:
+        if res.stats.get("bound_method") == "each node once":
+            lines.append("bound     none solved: only that every node is computed once (overhead >= +0.0%)")
+        elif res.lower_bound is not None and base > 0:
             lines.append(f"bound     overhead >= +{_pct(max(0.0, res.lower_bound / base - 1))} "
                          f"(gap {_pct(res.gap or 0.0)})")
     else:

@@ -176,12 +176,15 @@ MILP_LIMIT_S_PER_NONZERO = 1e-4
 
 
 def guard(method: str, graph: Graph, budget_bytes: int, options: dict[str, Any],
-          time_limit_s: float | None, limit_s_per_nonzero: float = 0.0) -> RematResult | None:
+          time_limit_s: float | None, limit_s_per_nonzero: float = 0.0,
+          model_bytes_limit: int | None = None) -> RematResult | None:
     """What a formulation-based method returns instead of building its program here, or ``None`` to go on.
 
     * The estimated program (:func:`~remat_core.formulation.size.estimate_milp_size`) is over
-      :data:`~remat_core.formulation.size.DEFAULT_MODEL_BYTES_LIMIT`: nothing is built; the cheapest
-      heuristic schedule is returned with a message saying so (``NO_SOLUTION`` without one).
+      ``model_bytes_limit`` (default :data:`~remat_core.formulation.size.DEFAULT_MODEL_BYTES_LIMIT`): nothing
+      is built; the cheapest heuristic schedule is returned with a message saying so (``NO_SOLUTION``
+      without one), ``stats["model_built"] = False``, ``stats["schedule_method"]`` naming the heuristic and
+      ``stats["bound_method"] = "each node once"`` (the only bound known: no MILP or LP was solved).
     * A time limit is set, this is not already a deadline child, and the program has at least
       :data:`GUARD_MIN_NONZEROS` nonzeros, or the limit is under ``limit_s_per_nonzero`` seconds per
       nonzero (:data:`MILP_LIMIT_S_PER_NONZERO` for a MILP): :func:`guarded_solve`.
@@ -189,13 +192,16 @@ def guard(method: str, graph: Graph, budget_bytes: int, options: dict[str, Any],
     from ..formulation.size import DEFAULT_MODEL_BYTES_LIMIT, estimate_milp_size
     from ..units import format_bytes
 
+    limit = DEFAULT_MODEL_BYTES_LIMIT if model_bytes_limit is None else model_bytes_limit
     size = estimate_milp_size(graph)
-    if not size.fits(DEFAULT_MODEL_BYTES_LIMIT):
+    if not size.fits(limit):
         why = (f"{method}: the program would need about {format_bytes(size.bytes)} "
-               f"({size.nonzeros:.3g} nonzeros), over the {format_bytes(DEFAULT_MODEL_BYTES_LIMIT)} model limit; "
+               f"({size.nonzeros:.3g} nonzeros), over the {format_bytes(limit)} model limit; "
                f"not built (method 'auto' or 'segments' handle graphs this large)")
-        return _with_fallback(graph, budget_bytes, None, why, time.perf_counter(),
-                              None if time_limit_s is None else time.perf_counter() + float(time_limit_s))
+        res = _with_fallback(graph, budget_bytes, None, why, time.perf_counter(),
+                             None if time_limit_s is None else time.perf_counter() + float(time_limit_s))
+        res.stats.update(model_built=False, bound_method="each node once")
+        return res
     if time_limit_s is not None and not in_child() and (
             size.nonzeros >= GUARD_MIN_NONZEROS or time_limit_s < limit_s_per_nonzero * size.nonzeros):
         return guarded_solve(method, graph, budget_bytes, options, time_limit_s)
@@ -271,7 +277,7 @@ def _with_fallback(graph: Graph, budget_bytes: int, child: DeadlineChild | None,
                            message=f"{stats['why']} after {elapsed:.2f} s; no heuristic schedule fits either")
     bound = min(bound, fallback.objective)
     status = SolveStatus.OPTIMAL if fallback.objective <= bound * (1 + 1e-9) else SolveStatus.FEASIBLE
-    stats["fallback_method"] = fallback.method
+    stats["fallback_method"] = stats["schedule_method"] = fallback.method   # who made the schedule returned
     return RematResult(status=status, schedule=fallback.schedule, lower_bound=bound, stats=stats,
                        message=f"{stats['why']} after {elapsed:.2f} s; returning {fallback.method}'s schedule")
 

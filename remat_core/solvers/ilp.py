@@ -396,6 +396,7 @@ def solve_ilp(
     solver_options: dict[str, Any] | None = None,
     cuts: bool = True,
     search: str = "auto",
+    model_bytes_limit: int | None = None,
 ) -> RematResult:
     """Solve the rematerialization MILP.
 
@@ -485,12 +486,21 @@ def solve_ilp(
         schedule (``stats["search"]`` says which ran; ``stats["portfolio"]``
         which search won, each one's status, seconds and nodes, and how many
         schedules they passed each other).
+    model_bytes_limit : int, optional
+        The most memory the program may take to build and solve (estimated,
+        :func:`~remat_core.formulation.size.estimate_milp_size`); default
+        :data:`~remat_core.formulation.size.DEFAULT_MODEL_BYTES_LIMIT`. Over
+        it nothing is built: the cheapest heuristic schedule comes back,
+        ``stats["model_built"]`` is ``False``, ``stats["schedule_method"]``
+        names the heuristic, the message says so, and the only bound is
+        every node computed once (``stats["bound_method"]``).
 
     Returns
     -------
     RematResult
         ``OPTIMAL`` (proven within ``mip_rel_gap``), ``FEASIBLE`` (best
-        schedule at the time limit), ``INFEASIBLE`` (proven: no schedule
+        schedule at the time limit, or a heuristic's where the program was
+        not built), ``INFEASIBLE`` (proven: no schedule
         fits), or ``NO_SOLUTION`` (time ran out first). ``lower_bound`` is the
         proven bound; ``stats`` holds ``gap``, ``nodes``, ``backend_status``,
         the formulation size, the warm start and the time split.
@@ -517,6 +527,10 @@ def solve_ilp(
     from .backends import get_backend, lp_sequence
 
     _check_options(time_limit_s, mip_rel_gap, threads)
+    if model_bytes_limit is not None and (isinstance(model_bytes_limit, bool)
+                                          or not isinstance(model_bytes_limit, numbers.Integral)
+                                          or model_bytes_limit < 1):
+        raise ValueError(f"`model_bytes_limit` must be a positive integer (bytes) or None; got {model_bytes_limit!r}")
     if search not in _SEARCHES:
         raise ValueError(f"`search` must be one of {list(_SEARCHES)}; got {search!r}")
     if search in ("branch-and-cut", "portfolio"):
@@ -549,7 +563,8 @@ def solve_ilp(
         return unscale_result(solve_ilp(
             scaled_graph(graph, scale), budget_bytes, backend=backend, formulation=formulation,
             time_limit_s=_left(time_limit_s, start), mip_rel_gap=mip_rel_gap, threads=threads, verbose=verbose,
-            warm_start=warm_start, solver_options=solver_options, cuts=cuts, search=search), scale)
+            warm_start=warm_start, solver_options=solver_options, cuts=cuts, search=search,
+            model_bytes_limit=model_bytes_limit), scale)
     from ._deadline import MILP_LIMIT_S_PER_NONZERO, guard
 
     # a program over the memory limit is not built; with a time limit, a large one, or one whose limit is short
@@ -557,8 +572,8 @@ def solve_ilp(
     # see _deadline
     guarded = guard("ilp", graph, budget_bytes, dict(
         backend=backend, formulation=formulation, mip_rel_gap=mip_rel_gap, threads=threads, verbose=verbose,
-        warm_start=warm_start, solver_options=solver_options, cuts=cuts, search=search), _left(time_limit_s, start),
-        MILP_LIMIT_S_PER_NONZERO)
+        warm_start=warm_start, solver_options=solver_options, cuts=cuts, search=search,
+        model_bytes_limit=model_bytes_limit), _left(time_limit_s, start), MILP_LIMIT_S_PER_NONZERO, model_bytes_limit)
     if guarded is not None:
         return guarded
     base_cost = float(graph.cost.sum())
