@@ -15,6 +15,12 @@ Scenarios
     each rank's gradients after the reduce compared on every step, and the
     rank's measured peak (the c10 allocator's rise during a step plus what was
     resident before it) against the plan's per-rank budget.
+``ddp-dtr``, ``fsdp-dtr``
+    The live DTR runtime (budget: half the step's activation memory) around
+    the steps of the wrapped plain model, after two steps without it, against
+    the same wrapper without DTR: gradients after the reduce on every step.
+``accelerate``
+    Accelerate's ``prepare`` (DDP) and ``accelerator.backward``, three steps.
 ``trainer``
     Hugging Face ``Trainer`` with DDP (gloo, CPU) for three steps on a
     rematerialized tiny GPT-2, against the same Trainer run without remat.
@@ -181,6 +187,51 @@ def _max_diff(a, b):
     return max(float((x - y).abs().max()) for x, y in zip(a, b))
 
 
+def run_dtr(rank, world, scenario, out_dir):
+    """The live DTR runtime around the step of a DDP- or FSDP2-wrapped plain model, against no DTR."""
+    import remat_torch
+    from remat_torch.dtr import activation_peak_bytes
+
+    if scenario == "ddp-dtr":
+        from torch.nn.parallel import DistributedDataParallel as wrap
+    else:
+        from torch.distributed.fsdp import fully_shard as wrap
+    torch.manual_seed(0)
+    base = TinyLM()
+    plain = TinyLM()
+    plain.load_state_dict(base.state_dict())
+    probe = copy.deepcopy(plain)
+    ref, ours = wrap(plain), wrap(base)
+    ids, labels = _batch(rank, 0)
+    peak = activation_peak_bytes(lambda: probe(ids, labels).backward())
+    rt = remat_torch.dtr(budget=int(0.5 * peak))
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
+    opt = torch.optim.SGD(ours.parameters(), lr=0.1)
+    diffs, stats = [], []
+    # two plain steps first: FSDP2 makes its buffers lazily in the first step, DDP rebuilds its buckets in the
+    # second; made inside the DTR block, those long-lived buffers are the runtime's tensors and the wrappers
+    # fail (FSDP2: "resize_() on an invalid python storage"; DDP: "data is not allocated yet")
+    WARM = 2
+    for step in range(STEPS + WARM):
+        ids, labels = _batch(rank, step)
+        opt_ref.zero_grad(set_to_none=True)
+        ref(ids, labels).backward()
+        opt.zero_grad(set_to_none=True)
+        if step < WARM:
+            ours(ids, labels).backward()
+        else:
+            with rt:
+                ours(ids, labels).backward()
+            stats.append({k: rt.stats[k] for k in ("peak_bytes", "evictions", "rematerializations")})
+        diffs.append(_max_diff([_local(p.grad) for p in ours.parameters()],
+                               [_local(p.grad) for p in ref.parameters()]))
+        opt_ref.step()
+        opt.step()
+    rec = {"rank": rank, "diffs": diffs, "stats": stats, "budget_bytes": int(0.5 * peak),
+           "grad_types": sorted({type(_local(p.grad)).__name__ for p in ours.parameters()})}
+    _write(out_dir, scenario, rank, rec)
+
+
 def run_accelerate(rank, world, out_dir):
     """Accelerate's ``prepare`` (DDP on two ranks) and ``accelerator.backward``: three steps."""
     from accelerate import Accelerator
@@ -262,6 +313,8 @@ def _entry(rank, world, scenario, out_dir, port):
         for name in scenario.split(","):
             if name in ("ddp", "fsdp"):
                 run_wrapped(rank, world, name, out_dir)
+            elif name in ("ddp-dtr", "fsdp-dtr"):
+                run_dtr(rank, world, name, out_dir)
             elif name == "accelerate":
                 run_accelerate(rank, world, out_dir)
             elif name == "trainer":

@@ -6,12 +6,14 @@ inside times out after 60 s). Each scenario runs the same wrapper around the
 plain model and around the rematerialized one (budget 0.5) for three
 optimizer steps:
 
-* DDP and FSDP2 (``fully_shard`` on the whole module): each rank's gradients
+* DDP and FSDP2 (``fully_shard`` on the whole module), with a plan: each rank's gradients
   after the reduce equal those without remat on every step, and the rank's
   measured peak (the c10 allocator's rise in a step plus what was resident:
   the rank's parameters or shards, DDP's buckets, inputs) is within the
   plan's peak plus :func:`remat_torch.distributed.comm_overhead_bytes`,
   which is within the per-rank budget;
+* DDP and FSDP2 around the plain model with the live DTR runtime (half the
+  step's activation memory) entered around the steps: the same gradients;
 * Accelerate ``prepare`` (which wraps the model in DDP on two ranks) and HF
   ``Trainer`` with DDP: the same losses and parameters as without remat.
 """
@@ -55,7 +57,7 @@ def _run_ranks(scenarios, out_dir):
 
 @pytest.fixture(scope="module")
 def wrapped_runs(tmp_path_factory):
-    return _run_ranks(["ddp", "fsdp"], tmp_path_factory.mktemp("dist"))
+    return _run_ranks(["ddp", "fsdp", "ddp-dtr", "fsdp-dtr"], tmp_path_factory.mktemp("dist"))
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +94,15 @@ def test_ddp_peak_is_the_plan_plus_buckets(wrapped_runs):
         measured = rec["resident"] + rec["rises"][-1]
         predicted = rec["predicted_peak_bytes"] + rec["overhead_bytes"]
         assert abs(measured - predicted) <= 0.05 * measured, rec
+
+
+@pytest.mark.parametrize("strategy", ["ddp-dtr", "fsdp-dtr"])
+def test_live_dtr_under_the_wrapper_gives_the_same_gradients(wrapped_runs, strategy):
+    for rec in wrapped_runs[strategy]:
+        assert len(rec["stats"]) == 3 and rec["grad_types"] == ["Tensor"], rec
+        assert max(rec["diffs"]) <= 1e-6, rec  # every step, the two plain ones first included
+        for st in rec["stats"]:
+            assert st["rematerializations"] > 0 and st["peak_bytes"] <= rec["budget_bytes"], rec
 
 
 def test_accelerate_prepare_two_ranks(hf_runs):
