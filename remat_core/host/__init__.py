@@ -15,6 +15,7 @@ host_bandwidth`` seconds. What lives here:
   the offload-everything plan of ``torch.autograd.graph.save_on_cpu``;
 * ``pofo``: the exact dynamic program over keep / offload / recompute on
   chains;
+* ``dtr``: DTR with swapping to the host as an eviction choice;
 * ``solve``: :func:`solve_offload`, what ``remat_core.solve(...,
   host_bandwidth=...)`` calls, returning a :class:`HostResult`.
 
@@ -29,11 +30,12 @@ from .simulate import (DEFAULT_FLOPS_PER_S, DEFAULT_HOST_BANDWIDTH, HostSimulati
                        simulate_host, validate_bandwidth)
 from .greedy import offload_all_plan, offload_to_budget
 from .pofo import pofo_plan, pofo_solve
+from .dtr import dtr_swap_plan
 from .solve import HostResult, solve_offload
 
 __all__ = [
     "HostPlan", "Offload", "Prefetch", "Wait", "host_plan_from_execution_plan",
     "HostSimulation", "simulate_host", "cost_per_second", "validate_bandwidth",
     "DEFAULT_HOST_BANDWIDTH", "DEFAULT_FLOPS_PER_S",
-    "offload_to_budget", "offload_all_plan", "pofo_plan", "pofo_solve", "HostResult", "solve_offload",
+    "offload_to_budget", "offload_all_plan", "pofo_plan", "pofo_solve", "dtr_swap_plan", "HostResult", "solve_offload",
 ]

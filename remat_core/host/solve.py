@@ -7,14 +7,16 @@
   checkpoint-all's peak, and checkpoint-all itself, each with offloads added
   until it fits (:func:`~remat_core.host.offload_to_budget`); on a chain
   training graph also the POFO dynamic program (:mod:`remat_core.host.pofo`);
+* DTR with swapping as an eviction choice (:mod:`remat_core.host.dtr`), on
+  graphs of at most :data:`DTR_SWAP_MAX_NODES` nodes;
 * offload alone: every value saved for the backward on the host, as
   ``save_on_cpu`` does (:func:`~remat_core.host.offload_all_plan`);
 
 and returns the fastest plan that fits, judged by
 :func:`~remat_core.host.simulate_host` (time = compute + stalls). So the
 joint plan is never slower than remat alone or offload alone at the same
-budget, when those fit. ``method="pofo"`` and ``method="offload-all"`` ask
-for one of them only. Without a bandwidth (``None`` or ``0``) nothing
+budget, when those fit. ``method="pofo"``, ``method="offload-all"`` and
+``method="dtr-swap"`` ask for one of them only. Without a bandwidth (``None`` or ``0``) nothing
 changes: the call is :func:`remat_core.solve` without the host tier.
 """
 
@@ -31,6 +33,7 @@ from ..errors import ScheduleVerificationError
 from ..graph import Graph
 from ..schedule import RematResult, Schedule, SolveStatus
 from ..simulate import checkpoint_all_peak_bytes
+from .dtr import dtr_swap_plan
 from .greedy import offload_all_plan, offload_to_budget
 from .plan import HostPlan
 from .pofo import pofo_plan, pofo_solve
@@ -41,7 +44,9 @@ __all__ = ["HostResult", "solve_offload", "HOST_METHODS"]
 log = logging.getLogger(__name__)
 
 #: Methods that exist only with a host tier; any other name is the remat method the joint plans start from.
-HOST_METHODS = ("pofo", "offload-all")
+HOST_METHODS = ("pofo", "offload-all", "dtr-swap")
+#: The joint search also runs DTR with swapping on graphs up to this many nodes (it is a Python loop).
+DTR_SWAP_MAX_NODES = 600
 
 
 @dataclass(repr=False)
@@ -89,8 +94,8 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
     budget_bytes : int
         Device bytes, fixed bytes included.
     method : str
-        ``"pofo"`` (chains), ``"offload-all"``, or a remat method (default
-        ``"auto"``) whose plans the joint search starts from.
+        ``"pofo"`` (chains), ``"offload-all"``, ``"dtr-swap"``, or a remat
+        method (default ``"auto"``) whose plans the joint search starts from.
     host_bandwidth : float or str
         Bytes per second (``"16GB/s"``, ``16e9``, ``math.inf``); ``None`` or
         ``0``: no host tier (the result of :func:`remat_core.solve`).
@@ -146,6 +151,10 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
         cands += _pofo(graph, budget, bw, cost_per_s, options)
     elif method == "offload-all":
         cands.append(("offload-all", offload_all_plan(graph), Schedule.checkpoint_all(graph)))
+    elif method == "dtr-swap":
+        plan = dtr_swap_plan(graph, budget, bw, cost_per_s)
+        if plan is not None:
+            cands.append(("dtr-swap", plan, None))
     else:
         starts: list[tuple[str, Schedule]] = []
         if bases is not None:
@@ -170,6 +179,10 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
             if plan is not None:
                 cands.append((name + (" + offload" if plan.num_offloads else ""), plan, sched))
         cands.append(("offload-all", offload_all_plan(graph), Schedule.checkpoint_all(graph)))
+        if graph.n <= DTR_SWAP_MAX_NODES:
+            plan = dtr_swap_plan(graph, budget, bw, cost_per_s)
+            if plan is not None:
+                cands.append(("dtr-swap", plan, None))
         if is_chain(graph):
             cands += _pofo(graph, budget, bw, cost_per_s, {})
     best = None
@@ -179,7 +192,7 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
         table.append({"plan": name, "time": sim.time, "peak_device_bytes": sim.peak_device_bytes,
                       "fits": sim.peak_device_bytes <= budget})
         if sim.peak_device_bytes > budget:
-            if name.startswith(("pofo", "offload-all")):
+            if name.startswith(("pofo", "offload-all", "dtr-swap")):
                 continue   # these are not built for a budget: not fitting is an answer, not a bug
             raise ScheduleVerificationError(f"host plan {name!r} simulated at {sim.peak_device_bytes} bytes, over the "
                                             f"budget {budget} bytes")
