@@ -470,6 +470,13 @@ class RematModule(torch.nn.Module):
                 f"the graph was traced with autocast_dtype={eg.autocast_dtype}; call the module under the same "
                 "autocast setting (pass `autocast_dtype=` to rematerialize)")
         params = [p for _, p in self.module.named_parameters()]
+        sharded = next((n for n, p in self.module.named_parameters() if type(p).__name__ == "DTensor"), None)
+        if sharded is not None:  # the plan never calls the submodules' forward, so their FSDP hooks never gather
+            raise RematError(
+                f"parameter {sharded!r} is still sharded (a DTensor) when the plan runs: fully_shard (FSDP2) on "
+                "submodules of a rematerialized module is not supported, since the plan runs the whole step as "
+                "one graph and never calls their forward; call fully_shard on the RematModule itself "
+                "(docs: Training on GPUs and across devices)")
         flat = _RematFunction.get().apply(self, spec, len(params), *params, *tensors)
         return _unflatten_outputs(eg, flat)
 

@@ -232,6 +232,29 @@ def run_dtr(rank, world, scenario, out_dir):
     _write(out_dir, scenario, rank, rec)
 
 
+def run_fsdp_blocks(rank, world, out_dir):
+    """``fully_shard`` per block of a rematerialized module: refused with a clear error at the first step."""
+    from torch.distributed.fsdp import fully_shard
+
+    from remat_core.errors import RematError
+    from remat_torch import rematerialize
+
+    torch.manual_seed(0)
+    model = TinyLM()
+    ids, labels = _batch(rank, 0)
+    rm = rematerialize(model, (ids, labels), budget=1.0, method="checkpoint-all", granularity="module",
+                       cost_model="unit")
+    for blk in model.blocks:
+        fully_shard(blk)
+    fsdp = fully_shard(rm)
+    try:
+        fsdp(ids, labels).backward()
+        err = None
+    except RematError as exc:
+        err = str(exc)
+    _write(out_dir, "fsdp-blocks", rank, {"rank": rank, "error": err})
+
+
 def run_accelerate(rank, world, out_dir):
     """Accelerate's ``prepare`` (DDP on two ranks) and ``accelerator.backward``: three steps."""
     from accelerate import Accelerator
@@ -315,6 +338,8 @@ def _entry(rank, world, scenario, out_dir, port):
                 run_wrapped(rank, world, name, out_dir)
             elif name in ("ddp-dtr", "fsdp-dtr"):
                 run_dtr(rank, world, name, out_dir)
+            elif name == "fsdp-blocks":
+                run_fsdp_blocks(rank, world, out_dir)
             elif name == "accelerate":
                 run_accelerate(rank, world, out_dir)
             elif name == "trainer":

@@ -57,7 +57,7 @@ def _run_ranks(scenarios, out_dir):
 
 @pytest.fixture(scope="module")
 def wrapped_runs(tmp_path_factory):
-    return _run_ranks(["ddp", "fsdp", "ddp-dtr", "fsdp-dtr"], tmp_path_factory.mktemp("dist"))
+    return _run_ranks(["ddp", "fsdp", "ddp-dtr", "fsdp-dtr", "fsdp-blocks"], tmp_path_factory.mktemp("dist"))
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +103,12 @@ def test_live_dtr_under_the_wrapper_gives_the_same_gradients(wrapped_runs, strat
         assert max(rec["diffs"]) <= 1e-6, rec  # every step, the two plain ones first included
         for st in rec["stats"]:
             assert st["rematerializations"] > 0 and st["peak_bytes"] <= rec["budget_bytes"], rec
+
+
+def test_fully_shard_per_block_is_refused_with_a_clear_error(wrapped_runs):
+    for rec in wrapped_runs["fsdp-blocks"]:
+        assert rec["error"] is not None, rec
+        assert "'blocks.0." in rec["error"] and "fully_shard on the RematModule itself" in rec["error"], rec
 
 
 def test_accelerate_prepare_two_ranks(hf_runs):
