@@ -425,7 +425,7 @@ class RematModule(torch.nn.Module):
     def _make(self, args, kwargs, grad_outputs="loss", kept_outputs=()) -> _Specialization:
         s = self._settings
         spec = _build(self.module, args, kwargs, s, self._loaded, grad_outputs=grad_outputs,
-                      kept_outputs=kept_outputs)
+                      kept_outputs=kept_outputs, rescue=True)
         self.solves += int(spec.result.method != "loaded")
         return spec
 
@@ -773,9 +773,38 @@ def _check_input_dtypes(model, args, kwargs, s: _Settings) -> None:
             "model (model.to(dtype)), or train under autocast (`autocast_dtype=`)") from exc
 
 
+def _rescue(eg: ExtractedGraph, budget_bytes: int, result: RematResult, s: _Settings):
+    """A plan for a call after the first (a smaller last batch) whose budget has none: at the smallest
+    budget a method found, else at checkpoint-all's peak, with a warning. Returns ``(result, budget_bytes)``;
+    the original pair when neither works.
+
+    A fraction of activation memory is resolved per shape, and the part that
+    no plan can go below (parameter gradients, the largest node's inputs
+    and outputs) weighs more in a small batch: a fraction that the full
+    batch meets can be infeasible for the last one. Failing there would
+    stop training in the middle of an epoch.
+    """
+    from remat_core import checkpoint_all_peak_bytes
+
+    g = eg.graph
+    need = int((result.stats or {}).get("min_budget_bytes") or 0)
+    for b in dict.fromkeys(x for x in (need, int(checkpoint_all_peak_bytes(g))) if x > budget_bytes):
+        r = _solve(g, b, s)
+        if r.schedule is not None:
+            log.warning("no plan for %s within the budget %s (%.3f of its activation memory): planned at %s "
+                        "(%.3f), the smallest budget found for it, instead of failing in the middle of training",
+                        _describe(eg), format_bytes(budget_bytes), budget_fraction(g, budget_bytes), format_bytes(b),
+                        budget_fraction(g, b))
+            return r, b
+    return result, budget_bytes
+
+
 def _build(model, args, kwargs, s: _Settings, loaded: dict, require_loaded: bool = False,
-           grad_outputs: Any = "loss", kept_outputs=()) -> _Specialization:
+           grad_outputs: Any = "loss", kept_outputs=(), rescue: bool = False) -> _Specialization:
     """Trace, then reuse a loaded schedule or solve one: a specialization for this call.
+
+    With ``rescue`` (calls after the first), a budget without a plan is replaced by the smallest one a
+    method finds (:func:`_rescue`, with a warning) instead of raising.
 
     With ``require_loaded`` (the call given to ``rematerialize(..., plan=)``) a call no saved plan fits is
     an error; later calls (a smaller last batch) are solved.
@@ -829,6 +858,8 @@ def _build(model, args, kwargs, s: _Settings, loaded: dict, require_loaded: bool
             log.info("no saved plan fits %s: solving one", _describe(eg))
         budget_bytes = _resolve_budget(eg.graph, 1.0 if s.budget is None else s.budget)
         result = _solve(eg.graph, budget_bytes, s)
+        if result.schedule is None and rescue:
+            result, budget_bytes = _rescue(eg, budget_bytes, result, s)
         if result.schedule is None:
             raise _infeasible(eg, budget_bytes, result, s)
         hoist = s.hoist
@@ -873,7 +904,11 @@ def rematerialize(
         string (``"8GiB"``, ``"800MB"``); or a fraction in ``[0, 1]`` of
         *activation* memory (``fixed + f * (checkpoint-all peak - fixed)``,
         PyTorch's ``activation_memory_budget``). A fraction is resolved per
-        plan, so a smaller batch gets the same fraction of its own memory.
+        plan, so a smaller batch gets the same fraction of its own memory;
+        where that fraction has no plan for a later call's shape (the
+        gradients weigh more in a small last batch), the call is planned at
+        the smallest budget a method finds for it, with a warning, instead of
+        failing in the middle of training.
     method : str
         ``"auto"`` (default: the best plan found within ``time_limit_s``,
         the method chosen by problem size) or any method of

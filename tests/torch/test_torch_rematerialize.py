@@ -265,3 +265,24 @@ def test_pickle_and_torch_save_keep_the_plans_schedules(tmp_path):
         assert (copy_.result.schedule.to_dict() == rm.result.schedule.to_dict())
         for p, g in zip(copy_.module.parameters(), want):
             torch.testing.assert_close(p.grad, g)
+
+
+def test_a_smaller_last_batch_without_a_plan_at_the_fraction_is_planned_with_a_warning(caplog):
+    """0.99 of activation memory has a plan for a batch of 64 but none for 8 (the gradients, which no plan
+    frees, weigh more): the last batch is planned at its smallest feasible budget, not an error mid-epoch."""
+    import logging
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                              torch.nn.Linear(64, 4))
+    ref = copy.deepcopy(net)
+    with pytest.raises(BudgetInfeasibleError):  # the first call still says so
+        rematerialize(copy.deepcopy(net), torch.randn(8, 32), budget=0.99, cost_model="unit", granularity="module")
+    rm = rematerialize(net, torch.randn(64, 32), budget=0.99, cost_model="unit", granularity="module")
+    x = torch.randn(8, 32)
+    with caplog.at_level(logging.WARNING, logger="remat_torch"):
+        rm(x).pow(2).sum().backward()
+    assert "instead of failing" in caplog.text and rm.num_plans == 2
+    assert rm.result.budget_bytes > remat_core.units.resolve_budget(rm.extracted.graph, 0.99)
+    ref(x).pow(2).sum().backward()
+    assert_same_state(net, ref)
