@@ -49,8 +49,9 @@ bytes needed.
 Training semantics (as in eager)
 --------------------------------
 * Operators that draw random numbers (dropout) are replayed from the CPU
-  generator state saved when they first ran, so a recomputed mask is the
-  same mask; the generator's current state is restored afterwards.
+  (and, where CUDA is in use, the current CUDA device's) generator state
+  saved when they first ran, so a recomputed mask is the same mask; the
+  generators' current states are restored afterwards.
 * Operators that write into a tensor that is not the runtime's (BatchNorm's
   running statistics) write into a copy when replayed: the running
   statistics are updated once per step, as in eager.
@@ -433,15 +434,15 @@ class DTRRuntime:
             args, kwargs = _copy_written(func, args, kwargs)
         saved = None
         if replay and rng_state is not None:
-            saved = torch.get_rng_state()
-            torch.set_rng_state(rng_state)
+            saved = _rng_state()
+            _set_rng_state(rng_state)
         try:
             start = time.perf_counter()
             out = func(*args, **kwargs)
             return out, time.perf_counter() - start
         finally:
             if saved is not None:
-                torch.set_rng_state(saved)
+                _set_rng_state(saved)
 
     # ------------------------------------------------------------------ the operator hook
     def call(self, func, args: Any, kwargs: dict) -> Any:
@@ -467,7 +468,7 @@ class DTRRuntime:
         try:
             key = _key(func, args, kwargs)
             self._make_room(_new_bytes(func, args, kwargs, schema, key) if self.budget_bytes is not None else 0)
-            rng_state = torch.get_rng_state() if torch.Tag.nondeterministic_seeded in func.tags else None
+            rng_state = _rng_state() if torch.Tag.nondeterministic_seeded in func.tags else None
             if plain_written:
                 self._before_plain_write(plain_written)
             if targets:
@@ -742,6 +743,20 @@ class _Plain(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
         return grad
+
+
+def _rng_state() -> tuple:
+    """The CPU generator's state, and the current CUDA device's where CUDA is in use (dropout on a GPU draws
+    from that one), so that a replayed random operator draws what it drew first on either device."""
+    cuda = torch.cuda.get_rng_state() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    return torch.get_rng_state(), cuda
+
+
+def _set_rng_state(state: tuple) -> None:
+    cpu, cuda = state
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state(cuda)
 
 
 def _written_positions(func, schema) -> list[int]:
