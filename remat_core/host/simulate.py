@@ -139,6 +139,8 @@ class HostSimulation:
         When each computation starts.
     copies : list of tuple
         ``(kind, node, start, end)`` per copy, ``kind`` ``"offload"`` or ``"prefetch"``.
+    host_timeline : list of tuple
+        ``(time, host bytes from then on)``, in time order.
     """
 
     time: float
@@ -151,6 +153,7 @@ class HostSimulation:
     step_memory_bytes: np.ndarray
     step_start: np.ndarray
     copies: list = field(default_factory=list)
+    host_timeline: list = field(default_factory=list)
 
     @property
     def recompute_count(self) -> int:
@@ -314,14 +317,16 @@ def simulate_host(graph: Graph, plan: HostPlan, host_bandwidth: Any = None, cost
         raise InvalidPlanError(f"registers still live at the end of the plan: {sorted(holds)[:10]}")
     # host peak: allocations before releases at the same instant (the conservative order)
     host_peak = host_now = 0
-    for _, delta in sorted(host_events, key=lambda e: (e[0], -e[1])):
+    host_timeline = []
+    for when, delta in sorted(host_events, key=lambda e: (e[0], -e[1])):
         host_now += delta
         host_peak = max(host_peak, host_now)
+        host_timeline.append((when, host_now))
     counts = np.bincount([s.node for s in plan.statements if isinstance(s, Compute)],
                          minlength=graph.n).astype(np.int64)
     return HostSimulation(
         time=tc, compute_cost=compute_cost, stall=max(0.0, tc - compute_cost), peak_device_bytes=int(peak),
         peak_host_bytes=int(host_peak), copied_bytes=int(copied), compute_counts=counts,
         step_memory_bytes=np.asarray(steps, dtype=np.int64), step_start=np.asarray(starts, dtype=float),
-        copies=copies,
+        copies=copies, host_timeline=host_timeline,
     )

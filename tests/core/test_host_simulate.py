@@ -45,6 +45,16 @@ def test_hand_example_with_overlapping_copies():
     assert sim.peak_host_bytes == 12
     assert sim.copies == [("offload", 0, 2.0, 6.0), ("offload", 1, 6.0, 8.0), ("prefetch", 0, 8.0, 12.0)]
     assert sim.copied_bytes == 20
+    assert sim.host_timeline == [(2.0, 8), (5.0, 12), (8.0, 8), (12.0, 0)]
+
+
+def test_timeline_plot_is_written(tmp_path):
+    pytest.importorskip("matplotlib")
+    from remat_core.host.timeline import plot_host_timeline
+
+    path = tmp_path / "timeline.png"
+    plot_host_timeline(_hand_graph(), _hand_plan(), 2.0, str(path))
+    assert path.stat().st_size > 1000
 
 
 def test_faster_link_hides_the_copies():
