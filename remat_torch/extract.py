@@ -745,8 +745,10 @@ def extract_graph(
               "model": type(model).__name__, "cost_model": cost_model,
               "input_shapes": [list(x.shape) for x in inputs],
               # parameter gradients are node memory here; budgets as fractions leave them out (remat_core.units)
+              # (the nodes the last `<gradients>` node reads: holders and gradient-only nodes, not the fused
+              # backward ops that holders take parameter gradients from, whose other output is no gradient)
               "gradient_nodes": sorted({groups[d].name for g, deps in zip(groups, nodes_deps)
-                                        if g.name.endswith("<gradients>") for d in deps})},
+                                        if g.name.endswith("<gradients>") and not g.outputs for d in deps})},
     )
     if list(graph.names) != [g.name for g in groups]:
         raise RematError("internal error: grouped nodes are not in topological order")  # pragma: no cover

@@ -20,3 +20,17 @@ def test_gradients_are_not_activation_memory():
     # parameter-heavy at batch 4: gradients dominate what checkpoint-all holds beyond the fixed bytes
     assert 0 < act < peak - g.fixed_bytes - weights // 2
     assert resolve_budget(g, 1.0) == peak and resolve_budget(g, 0.0) == peak - act
+
+
+def test_gradient_nodes_hold_only_gradients_beside_fused_backward_ops():
+    """LayerNorm's backward returns the input's gradient with the weight's: only the holder node that takes
+    the parameter gradients is a gradient node, at op and at module granularity."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
+                              torch.nn.LayerNorm(64), torch.nn.Linear(64, 4))
+    weights = sum(p.numel() * p.element_size() for p in net.parameters())
+    for granularity in ("op", "module"):
+        g = extract_graph(net, torch.randn(8, 32), granularity=granularity, cost_model="unit").graph
+        names = g.meta["gradient_nodes"]
+        assert sum(int(g.memory_bytes[g.index(n)]) for n in names) == weights, granularity
+        assert not any(n.endswith("native_layer_norm_backward") for n in names)
