@@ -17,10 +17,11 @@ Sub-commands:
 
 Graphs are named by a zoo name (``vgg16``, see ``remat zoo``), a JSON file
 (remat graph, zoo model or DTR format) or ``linear:N``. Budgets have one
-meaning everywhere (:func:`remat_core.units.resolve_budget`): bytes
-(``123456``) or a size (``2GiB``, ``16GB``, ``1.5 GiB``) is the total device
-memory, parameters included; a number in [0, 1] (``0.6`` or ``0.6x``) is a
-fraction of activation memory.
+meaning everywhere (:func:`remat_core.units.resolve_budget`): a number in
+[0, 1] (``1``, ``0.6`` or ``0.6x``) is a fraction of activation memory; a
+whole number above 1 (``123456``) or a size (``2GiB``, ``16GB``, ``1.5 GiB``,
+``1B``) is the total device memory, parameters included (``GiB``/``G`` are
+powers of 1024, ``GB`` powers of 1000).
 
 Solver libraries print to the process's standard output from native code
 (HiGHS prints a banner when its first instance is made, in every process).
@@ -46,7 +47,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from .errors import GraphValidationError, RematError
 from .graph import Graph
-from .units import format_bytes, min_budget_bytes, parse_bytes, resolve_budget
+from .units import format_bytes, min_budget_bytes, resolve_budget
 
 __all__ = ["main", "build_parser", "load_graph_arg", "graph_factory_arg", "check_out_dir", "CLIError",
            "GRAPH_HELP", "BUDGET_HELP", "PLUGIN_GROUP", "to_json"]
@@ -148,6 +149,14 @@ def _int_arg(text: str, what: str) -> int:
     if v < 1:
         raise CLIError(f"`{what}` must be >= 1; got {v}")
     return v
+
+
+def _is_fraction(text: str) -> bool:
+    """Whether the budget ``text`` is a fraction of activation memory (a number in [0, 1], ``0.5x``)."""
+    from .units import _NUMBER_RE
+
+    m = _NUMBER_RE.match(text)
+    return bool(m) and (bool(m.group(2)) or 0.0 <= float(m.group(1)) <= 1.0)
 
 
 def _budget_arg(graph: Graph, text: str, argument: str = "budget") -> int:
@@ -522,7 +531,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                 ratios = res.approximation_ratios(reference=reference)
         print(to_json({"graph": graph.name, "skipped_methods": skipped, "rows": res.table(),
                           "approximation_ratios": ratios, "computed": res.computed, "reused": res.reused},
-                         indent=1, default=str))
+                         indent=1))
     else:
         need, _ = min_budget_bytes(graph)
         print(f"{graph.name}: {res.computed} solves computed, {res.reused} reused; no schedule fits below "
@@ -547,7 +556,11 @@ def _cmd_max_batch(args: argparse.Namespace) -> int:
     factory = graph_factory_arg(args.graph)
     if factory is None:
         raise CLIError(f"graph {args.graph!r} has a fixed batch size; max-batch needs a zoo model or linear:N")
-    budget = parse_bytes(args.budget.strip(), "--budget")
+    text = args.budget.strip()
+    if _is_fraction(text):
+        raise CLIError(f"`--budget` of max-batch is total bytes (a size such as 16GB or 12GiB); got {text!r}, "
+                       "a fraction of activation memory, which changes with the batch size")
+    budget = resolve_budget(None, text, "--budget")   # bytes: the graph is not looked at
     if args.method not in _methods_arg(None):
         raise _unknown_method(args.method, "--method")
     options = _with_time_limit(args.method, _json_arg(args.options, "--options"), args.time_limit)
@@ -688,8 +701,9 @@ def _cmd_zoo(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ parser
 GRAPH_HELP = ("a zoo name (vgg16, mobilenet, resnet50, unet, ...; see `remat zoo`), a JSON file "
                "(remat graph, zoo model or DTR format) or linear:N")
-BUDGET_HELP = ("total bytes or a size (123456, 512MiB, 1.5 GiB, 16GB), parameters included, or a fraction "
-                "of activation memory (0.6 or 0.6x)")
+BUDGET_HELP = ("a fraction of activation memory (a number in [0, 1]: 1, 0.6 or 0.6x), or total bytes, parameters "
+               "included: a whole number above 1 or a size (123456, 512MiB, 1.5 GiB, 16GB; GiB/G = 1024**3, "
+               "GB = 1000**3; 1B is one byte)")
 
 
 def _version() -> str:

@@ -149,6 +149,9 @@ def _number_array(values: Any, n: int, what: str, integer: bool, names: Sequence
     return arr
 
 
+_EMPTY_GRAPH = "a graph needs at least one node; got none (`nodes` is empty)"
+
+
 class Graph:
     """An immutable training graph stored in topological order.
 
@@ -193,6 +196,8 @@ class Graph:
         meta: Mapping[str, Any] | None = None,
     ):
         nodes = [self._as_node(x, i) for i, x in enumerate(nodes)]
+        if not nodes:
+            raise GraphValidationError(_EMPTY_GRAPH)
         names = [x.name for x in nodes]
         index: dict[str, int] = {}
         for i, nm in enumerate(names):
@@ -259,6 +264,8 @@ class Graph:
         >>> g.n, float(g.cost.sum()), int(g.memory_bytes.sum())
         (3, 6.0, 12)
         """
+        if len(deps) == 0:
+            raise GraphValidationError(_EMPTY_GRAPH)
         n = len(deps)
         if names is None:
             names = [str(i) for i in range(n)]

@@ -2,18 +2,29 @@
 
 A budget is either
 
+* a fraction of *activation* memory: a number in ``[0, 1]``, whether written
+  ``1``, ``0.5``, ``0``, ``"0.5"`` or ``"0.5x"`` (the meaning of PyTorch's
+  ``activation_memory_budget``: ``1`` keeps every activation, ``0.5``
+  half of that memory, ``0`` none beyond the fixed bytes). The budget is then checkpoint-all's peak less
+  ``1 - f`` of the activation memory (what checkpoint-all keeps beyond
+  parameters, gradients and inputs); where gradients are fixed bytes this is
+  ``fixed_bytes + f * (checkpoint-all peak - fixed_bytes)``;
 * total device bytes, fixed bytes (parameters, gradients, inputs) included:
-  an ``int`` or a size string such as ``"8GiB"``, ``"800MB"``, ``"123456"``;
-* a fraction of *activation* memory: a ``float`` in ``[0, 1]`` (or a string
-  such as ``"0.5"`` or ``"0.5x"``). The budget is then checkpoint-all's peak
-  less ``1 - f`` of the activation memory (what checkpoint-all keeps beyond
-  parameters, gradients and inputs), the meaning of PyTorch's
-  ``activation_memory_budget``; where gradients are fixed bytes this is
-  ``fixed_bytes + f * (checkpoint-all peak - fixed_bytes)``.
+  a whole number above 1 (``123456``, ``"123456"``, ``8e9``) or a size with a
+  unit (``"8GiB"``, ``"800MB"``, ``"1B"``). Binary units are powers of 1024
+  (``KiB``, ``MiB``, ``GiB``, ``TiB``, and the short ``K``, ``M``, ``G``,
+  ``T``, ``Ki``, ``Mi``, ``Gi``, ``Ti``: ``8G`` is 8 GiB, as for ``docker
+  --memory``); decimal units are powers of 1000 (``KB``, ``MB``, ``GB``,
+  ``TB``: ``8GB`` is 8e9 bytes, as disk and GPU vendors write it).
+
+So a bare ``1`` is all of activation memory, not one byte (write ``"1B"``);
+a number above 1 that is not whole (``1.5``) is neither, and an error; so are
+zero bytes (``"0B"``), negative numbers, infinity and NaN.
 
 The Python API, the adapters, the CLI and the demo all go through
 :func:`resolve_budget`; errors, reprs, plot titles and the CLI print sizes with
-:func:`format_bytes`.
+:func:`format_bytes`. :func:`remat_core.solve` itself takes bytes only
+(``budget_bytes``).
 """
 
 from __future__ import annotations
@@ -31,12 +42,13 @@ __all__ = [
 # binary units first so that "GiB" is not read as "B" after "Gi"
 _UNITS = {
     "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+    "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40,
     "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
     "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40,
     "b": 1, "": 1,
 }
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
-_FRACTION_RE = re.compile(r"^\s*([0-9]*\.[0-9]+|[01])\s*x\s*$|^\s*([0-9]*\.[0-9]+)\s*$")
+_NUMBER_RE = re.compile(r"^\s*([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)\s*(x?)\s*$")
 # the largest size we accept: sums of a few of these still fit in int64
 _MAX_BYTES = 2**62
 
@@ -148,42 +160,83 @@ def budget_fraction(graph, budget_bytes: int) -> float:
     return 1.0 - (peak - budget_bytes) / act if act > 0 else float("inf")
 
 
-def _as_fraction(budget: Any) -> float | None:
-    """The activation fraction ``budget`` stands for, or ``None`` when it is a byte count."""
+def _as_fraction(budget: Any, argument: str) -> float | None:
+    """The activation fraction ``budget`` stands for, or ``None`` when it is a byte count (see the module).
+
+    Raises
+    ------
+    ValueError
+        Naming ``argument``: a number that is neither a fraction in [0, 1] nor a whole number of bytes.
+    """
     if isinstance(budget, bool):
-        return None
-    if isinstance(budget, numbers.Real) and not isinstance(budget, numbers.Integral):
-        return float(budget)
-    if isinstance(budget, str):
-        m = _FRACTION_RE.match(budget)
-        if m:
-            return float(m.group(1) or m.group(2))
+        return None   # parse_bytes refuses it
+    if isinstance(budget, numbers.Real):
+        x, text, suffix = float(budget), repr(budget), ""
+    elif isinstance(budget, str) and _NUMBER_RE.match(budget):
+        m = _NUMBER_RE.match(budget)
+        x, text, suffix = float(m.group(1)), repr(budget), m.group(2)
+    else:
+        return None   # a size with a unit, or not a budget at all: parse_bytes says which
+    if not math.isfinite(x):
+        raise ValueError(f"`{argument}` must be finite; got {text} (1.0 is all of activation memory)")
+    if 0.0 <= x <= 1.0:
+        return x
+    if suffix:
+        raise ValueError(f"`{argument}` as a fraction of activation memory must be in [0, 1]; got {text}")
+    if x < 0:
+        raise ValueError(f"`{argument}` must be a fraction of activation memory in [0, 1] or a size in bytes; "
+                         f"got {text}")
+    if not x.is_integer():
+        raise ValueError(f"`{argument}` must be a fraction of activation memory in [0, 1] or a whole number of "
+                         f"bytes (or a size such as '8GiB'); got {text}")
     return None
+
+
+def _whole_bytes(budget: Any) -> Any:
+    """A number of bytes written as a float or a bare number string (``8e9``, ``"123456"``) as an ``int``."""
+    if isinstance(budget, numbers.Real) and not isinstance(budget, (bool, numbers.Integral)):
+        return int(budget)
+    if isinstance(budget, str):
+        m = _NUMBER_RE.match(budget)
+        if m and not m.group(2):
+            x = float(m.group(1))
+            if x > _MAX_BYTES:
+                raise ValueError(f"must be at most 4 EiB; got {budget!r}")
+            return int(x)
+    return budget
 
 
 def resolve_budget(graph, budget: Any, argument: str = "budget") -> int:
     """Total device bytes for ``budget`` on ``graph`` (see the module docstring for the forms).
 
+    A number in ``[0, 1]`` (``1``, ``0.5``, ``"0.5x"``) is a fraction of
+    activation memory; a whole number above 1 or a size with a unit is total
+    bytes.
+
     Raises
     ------
     TypeError, ValueError
-        Naming ``argument``: neither bytes nor a fraction, or a fraction
-        outside ``[0, 1]``.
+        Naming ``argument``: neither a fraction nor bytes (``1.5``, ``-1``,
+        ``inf``, ``"0B"``), or ``graph`` has no activation memory to take a
+        fraction of.
 
     Examples
     --------
     >>> from remat_core.zoo import linear_graph
     >>> g = linear_graph(4)          # fixed 0 bytes, checkpoint-all peak 6 bytes
-    >>> resolve_budget(g, 1.0), resolve_budget(g, 0.5), resolve_budget(g, "0.5x"), resolve_budget(g, "1KiB")
+    >>> resolve_budget(g, 1), resolve_budget(g, 0.5), resolve_budget(g, "0.5x"), resolve_budget(g, "1KiB")
     (6, 3, 3, 1024)
+    >>> resolve_budget(g, 4096), resolve_budget(g, "1B")
+    (4096, 1)
     """
-    f = _as_fraction(budget)
+    f = _as_fraction(budget, argument)
     if f is None:
-        return parse_bytes(budget, argument)
-    if not (math.isfinite(f) and 0.0 <= f <= 1.0):
-        raise ValueError(
-            f"`{argument}` as a fraction of activation memory must be in [0, 1]; got {budget!r} "
-            "(give bytes as an int or a size such as '8GiB')")
+        try:
+            return parse_bytes(_whole_bytes(budget), argument)
+        except ValueError as exc:
+            if str(exc).startswith("must be"):
+                raise ValueError(f"`{argument}` {exc}") from None
+            raise
     peak, act = _peaks(graph)
     return max(1, int(peak - (1.0 - f) * act))
 

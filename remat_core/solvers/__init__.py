@@ -110,7 +110,10 @@ def validate_budget(budget_bytes: Any) -> int:
     """Check that ``budget_bytes`` is a positive integer and return it as ``int``."""
     if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, numbers.Real):
         raise TypeError(f"`budget_bytes` must be a positive integer; got {budget_bytes!r}")
-    if budget_bytes != budget_bytes or budget_bytes <= 0 or int(budget_bytes) != budget_bytes:
+    if not math.isfinite(budget_bytes):   # int(inf) would raise a bare OverflowError
+        raise ValueError(f"`budget_bytes` must be a positive integer (bytes); got {budget_bytes!r}; for a fraction "
+                         f"of activation memory use remat_core.resolve_budget(graph, 1.0)")
+    if budget_bytes <= 0 or int(budget_bytes) != budget_bytes:
         raise ValueError(f"`budget_bytes` must be a positive integer; got {budget_bytes!r}")
     return int(budget_bytes)
 

@@ -74,3 +74,49 @@ def test_min_budget_names_the_node_that_sets_it():
     g = linear_graph(4).replace(fixed_bytes=7)
     need, node = min_budget_bytes(g)
     assert need == g.min_budget_lower_bound_bytes() and node in {n.name for n in g.nodes()}
+
+
+# ---------------------------------------------------------------- one meaning of a budget (issue 36)
+@pytest.mark.parametrize("fraction", [1, "1", 1.0, "1.0", "1x"])
+def test_a_bare_one_is_all_of_activation_memory_not_one_byte(fraction):
+    g = linear_graph(8)   # checkpoint-all peak 10 bytes
+    assert resolve_budget(g, fraction) == 10
+
+
+@pytest.mark.parametrize("zero", [0, "0", 0.0, "0.0", "0x"])
+def test_a_bare_zero_is_the_zero_fraction(zero):
+    g = linear_graph(8).replace(fixed_bytes=100)
+    assert resolve_budget(g, zero) == 100   # no activation memory at all: the fixed bytes
+
+
+@pytest.mark.parametrize("budget,expected", [(2, 2), ("2", 2), ("123456", 123456), (8e9, 8 * 10**9), ("1e9", 10**9),
+                                             ("1B", 1), ("8GB", 8 * 10**9), ("8G", 8 * 2**30), ("8Gi", 8 * 2**30),
+                                             ("8GiB", 8 * 2**30)])
+def test_bytes_need_a_unit_or_a_whole_number_above_one(budget, expected):
+    assert resolve_budget(linear_graph(8), budget) == expected
+
+
+@pytest.mark.parametrize("bad,words", [("0B", "at least 1 byte"), (1.5, "whole number of bytes"),
+                                       ("1.5", "whole number of bytes"), (-1, "in [0, 1]"), ("-0.5", "in [0, 1]"),
+                                       (float("inf"), "finite"), (float("nan"), "finite"), ("1.5x", "in [0, 1]")])
+def test_a_budget_that_is_neither_is_one_error_naming_the_argument(bad, words):
+    with pytest.raises(ValueError, match="`budget`") as info:
+        resolve_budget(linear_graph(8), bad)
+    assert words in str(info.value)
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")])
+def test_solve_refuses_a_non_finite_budget_naming_budget_bytes(bad):
+    from remat_core import solve
+
+    with pytest.raises(ValueError, match="`budget_bytes`"):   # int(inf) raised a bare OverflowError
+        solve(linear_graph(4), bad)
+
+
+def test_an_empty_graph_is_refused():
+    from remat_core import Graph, GraphValidationError
+
+    for build in (lambda: Graph([]), lambda: Graph.from_arrays([]),
+                  lambda: Graph.from_dict({"format": "remat-graph", "version": 1, "nodes": []})):
+        with pytest.raises(GraphValidationError, match="at least one node"):
+            build()
