@@ -40,13 +40,15 @@ memory the step always holds: the gradients and outputs; 1 = the peak of
 infeasible budget raises :class:`CompiledBudgetError` naming the smallest
 budget at which a plan was found.
 
-This module imports torch (AOTAutograd's partitioner helpers, Inductor) and
-``remat_core`` (graphs, :func:`remat_core.solve`, byte parsing); nothing from
-the rest of ``remat_torch``.
+This module imports torch (AOTAutograd's partitioner helpers, Inductor),
+``remat_core`` (graphs, :func:`remat_core.solve`, byte parsing) and the
+allocator meter :mod:`remat_torch.meter` (extern ops' scratch memory is
+measured once per shape); nothing else from ``remat_torch``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import logging
@@ -82,11 +84,15 @@ class CompiledPlan:
     """What the partitioner chose for one joint graph (kept in :attr:`RematPartitioner.plans`).
 
     Byte counts are above the level before the step (parameters and inputs not
-    counted); ``predicted_peak_bytes`` is the memory model's peak of the forward
-    and backward graphs as compiled.
+    counted). ``budget_bytes`` is the promise; ``predicted_peak_bytes`` the
+    memory model's peak of the forward and backward graphs as compiled, within
+    ``model_budget_bytes`` (the budget, lowered after a compiled step measured
+    over it); ``measured_peak_bytes`` the compile-time check's measurement
+    (``None`` when not verified); ``attempts`` the compiles it took.
     """
 
     budget_bytes: int
+    model_budget_bytes: int
     predicted_peak_bytes: int
     fixed_bytes: int
     default_peak_bytes: int
@@ -97,6 +103,8 @@ class CompiledPlan:
     n_recomputed: int
     plan_time_s: float
     candidates: list = dataclasses.field(default_factory=list)
+    measured_peak_bytes: int | None = None
+    attempts: int = 1
 
 
 # ---------------------------------------------------------------- op classes
@@ -206,7 +214,82 @@ def _cost(node: fx.Node) -> float:
 
 # ---------------------------------------------------------------- memory model
 
-def _materialized_in(graph: fx.Graph, fused: bool) -> set:
+_TRACE = None
+_WORKSPACE: dict = {}   # (op, argument signature) -> bytes an extern op allocates beyond its outputs
+
+
+def _real(x):
+    """A real tensor like fake tensor ``x`` (random floats, zero integers: valid indices)."""
+    shape = [_hint(d) for d in x.shape]
+    stride = [_hint(d) for d in x.stride()]
+    t = torch.empty_strided(shape, stride, dtype=x.dtype, device=x.device)
+    if t.is_floating_point():
+        t.normal_()
+    else:
+        t.zero_()
+    return t
+
+
+def _workspace(node: fx.Node) -> int:
+    """Scratch bytes ``node`` allocates while it runs, beyond its outputs (measured once per signature).
+
+    Fused pointwise kernels allocate nothing beyond their outputs; extern ops
+    (attention's CPU kernels, embedding backward, ...) do. The op runs once on
+    random tensors of the node's shapes under the allocator meter (on CUDA,
+    the caching allocator's peak).
+    """
+    if node.op != "call_function" or _is_alias(node) or _is_pointwise(node) or _is_random(node):
+        return 0
+    if not isinstance(node.target, torch._ops.OpOverload):
+        return 0
+    import torch.utils._pytree as pytree
+
+    def sig(a):
+        if isinstance(a, fx.Node):
+            v = a.meta.get("val")
+            if isinstance(v, torch.Tensor):
+                return ("T", tuple(_hint(d) for d in v.shape), tuple(_hint(d) for d in v.stride()), str(v.dtype),
+                        v.device.type)
+            return ("V", repr(v))
+        return ("C", repr(a))
+
+    key = (str(node.target), tuple(sig(a) for a in pytree.tree_leaves((node.args, node.kwargs))))
+    if key in _WORKSPACE:
+        return _WORKSPACE[key]
+    ws = 0
+    try:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily(), torch.no_grad():
+            def real(a):
+                if isinstance(a, fx.Node):
+                    v = a.meta.get("val")
+                    return _real(v) if isinstance(v, torch.Tensor) else _hint(v) if isinstance(v, torch.SymInt) else v
+                return a
+
+            args, kwargs = pytree.tree_map(real, (node.args, node.kwargs))
+            out_bytes = _nbytes(node)
+            if any(isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in pytree.tree_leaves(args)):
+                torch.cuda.synchronize()
+                base = torch.cuda.memory_allocated()
+                torch.cuda.reset_peak_memory_stats()
+                out = node.target(*args, **kwargs)
+                torch.cuda.synchronize()
+                ws = torch.cuda.max_memory_allocated() - base - out_bytes
+            else:
+                from .meter import AllocatorMeter
+
+                with AllocatorMeter() as m:
+                    out = node.target(*args, **kwargs)
+                ws = m.peak_bytes - out_bytes
+            del out
+    except Exception as exc:    # an op that cannot run on made-up inputs: no workspace assumed, logged
+        log.debug("workspace of %s not measured: %s", node.target, exc)
+    _WORKSPACE[key] = max(0, int(ws))
+    return _WORKSPACE[key]
+
+
+def _materialized_in(graph: fx.Graph, fused: bool, keep: set | None = None) -> set:
     """The call_function nodes of ``graph`` that own a buffer when compiled.
 
     Without fusion every non-alias op allocates. With Inductor a pointwise
@@ -219,7 +302,7 @@ def _materialized_in(graph: fx.Graph, fused: bool) -> set:
     for n in graph.nodes:
         if n.op != "call_function" or _is_alias(n):
             continue
-        if not fused or not _is_pointwise(n) or n in outputs:
+        if not fused or not _is_pointwise(n) or n in outputs or (keep and n.name in keep):
             mat.add(n)
             continue
         stack, seen = [n], set()
@@ -242,63 +325,85 @@ def _materialized_in(graph: fx.Graph, fused: bool) -> set:
     return mat
 
 
-def module_peak_bytes(graph: fx.Graph, fused: bool, counted_inputs: set | None = None) -> tuple[int, int, dict]:
+def module_peak_bytes(graph: fx.Graph, fused: bool, counted_inputs: set | None = None,
+                      keep: set | None = None) -> tuple[int, int, dict]:
     """Liveness simulation of one compiled graph: ``(peak, bytes held at exit, outputs' bytes by node)``.
 
-    Inputs named in ``counted_inputs`` are live at entry (and freed after
-    their last reader); other inputs are the caller's (not counted). Each
-    materialized node allocates its output, then the buffers whose last reader
-    it was are freed; a pointwise kernel writes into an input buffer of the
-    same size that dies there (Inductor's in-place reuse).
+    Inputs in ``counted_inputs`` are live at entry and freed after their last
+    reader; other inputs are the caller's (not counted). The graph runs as a
+    sequence of kernels: without fusion one per node; with Inductor each
+    extern op (matrix product, convolution, attention) is a kernel and each
+    run of pointwise and reduction nodes between two of them is one fused
+    kernel, which allocates all its materialized outputs before it runs and
+    frees the buffers whose last reader it was after. A kernel output of the
+    same size as a buffer dying in that kernel is written in place of it
+    (Inductor's buffer reuse). Nodes named in ``keep`` are taken as
+    materialized even where fusion could inline them: forward values
+    recomputed in a backward are, in what Inductor generates, often computed
+    in kernels of their own, earlier than their readers.
     """
     counted_inputs = counted_inputs or set()
-    mat = _materialized_in(graph, fused)
+    mat = _materialized_in(graph, fused, keep)
     nodes = list(graph.nodes)
-    order = {n: i for i, n in enumerate(nodes)}
+    step: dict = {}
+    k = -1
+    open_run = False
+    for n in nodes:
+        if n.op != "call_function":
+            continue
+        pointwise = fused and (_is_pointwise(n) or _is_alias(n))
+        if not (pointwise and open_run):
+            k += 1
+        step[n] = k
+        open_run = pointwise
+    out_node = nodes[-1]
+    step[out_node] = k + 1
     storage: dict = {}   # node -> frozenset of buffer-owning nodes its value reads
     for n in nodes:
-        if n.op == "placeholder":
-            storage[n] = frozenset([n])
-        elif n in mat:
+        if n.op == "placeholder" or n in mat:
             storage[n] = frozenset([n])
         elif n.op == "call_function":
             storage[n] = frozenset().union(*[storage.get(a, frozenset()) for a in n.all_input_nodes])
-    last = {}
-    out_node = nodes[-1]
+    last: dict = {}
     for n in nodes:
-        if n.op == "output":
-            continue
         if n in mat or n is out_node:
             for a in n.all_input_nodes:
                 for s in storage.get(a, ()):
-                    last[s] = max(last.get(s, -1), order[n])
+                    last[s] = max(last.get(s, -1), step[n])
     held = set()
     for a in out_node.all_input_nodes:
         held |= storage.get(a, frozenset())
-    live = sum(_nbytes(p) for p in nodes if p.op == "placeholder" and p in counted_inputs)
-    peak = live
     alive = {p for p in nodes if p.op == "placeholder" and p in counted_inputs}
+    live = sum(_nbytes(p) for p in alive)
+    peak = live
+    by_step: dict = {}
     for n in nodes:
-        if n not in mat:
-            continue
-        size = _nbytes(n)
-        dying = [s for s in alive if last.get(s, -1) == order[n] and s not in held]
-        reuse = 0
-        if fused and _is_pointwise(n):
-            same = [s for s in dying if _nbytes(s) == size and s.op != "placeholder"]
-            if same:
-                reuse = size
-        live += size - reuse
-        peak = max(peak, live)
-        alive.add(n)
+        if n in mat:
+            by_step.setdefault(step[n], []).append(n)
+    for k in sorted(by_step):
+        outs = by_step[k]
+        dying = [s for s in alive if last.get(s, -1) == k and s not in held]
+        free_sizes = sorted((_nbytes(s) for s in dying if s.op != "placeholder" or fused), reverse=True)
+        new = 0
+        for n in outs:
+            size = _nbytes(n)
+            if fused and size in free_sizes:
+                free_sizes.remove(size)     # written in place of a dying buffer
+            else:
+                new += size
+        peak = max(peak, live + new + max(_workspace(n) for n in outs))
+        if _TRACE is not None:
+            _TRACE.append((k, live + new, [(n.name, _nbytes(n)) for n in outs], [(d.name, _nbytes(d)) for d in dying]))
+        for n in outs:
+            alive.add(n)
+            live += _nbytes(n)
         for s in dying:
             alive.discard(s)
             live -= _nbytes(s)
-        if reuse:
-            live += reuse   # the reused buffer was counted in the frees: it lives on as n's output
-        if last.get(n, -1) < 0 and n not in held:   # nobody reads it
-            alive.discard(n)
-            live -= size
+        for n in outs:
+            if last.get(n, -1) <= k and n not in held:   # nobody reads it after this kernel
+                alive.discard(n)
+                live -= _nbytes(n)
     out_bytes = {}
     for a in out_node.all_input_nodes:
         out_bytes[a.name] = sum(_nbytes(s) for s in storage.get(a, ()))
@@ -427,7 +532,7 @@ def _joint_graph(joint: fx.Graph, node_info, fused: bool, fixed_bytes: int, grad
             feeds[n] = (srcs, c)
     total = sum(_cost(n) for n in order) or 1.0
     last_fw = max((i for i, n in enumerate(order) if node_info.is_required_fw(n)), default=-1)
-    names, deps, cost, mem, bwd = [], [], [], [], []
+    names, deps, cost, mem, bwd, wss = [], [], [], [], [], []
     index = {n: i for i, n in enumerate(order)}
     for n in order:
         d, c = set(), _cost(n)
@@ -438,11 +543,12 @@ def _joint_graph(joint: fx.Graph, node_info, fused: bool, fixed_bytes: int, grad
         if _is_random(n):
             c = 1000.0 * total
         names.append(n.name)
+        wss.append(_workspace(n))
         deps.append(sorted(d))
         cost.append(c)
         mem.append(0 if n in grads else _nbytes(n))
         bwd.append(index[n] > last_fw)
-    g = Graph.from_arrays(deps, cost=cost, memory_bytes=mem, is_backward=bwd, names=names,
+    g = Graph.from_arrays(deps, cost=cost, memory_bytes=mem, workspace_bytes=wss, is_backward=bwd, names=names,
                           fixed_bytes=int(fixed_bytes), name="joint")
     return g, order
 
@@ -524,6 +630,8 @@ class RematPartitioner(_PartitionerBase):
         self.fused = bool(fused)
         self.knapsack = bool(knapsack)
         self.cache = bool(cache)
+        self.scale = 1.0     # the backend lowers it when a compiled step measured over budget
+        self.rejected: set = set()   # saved sets whose compiled step measured over budget
         self._nonce = os.urandom(16)
         self.plans: list[CompiledPlan] = []
 
@@ -572,6 +680,8 @@ class RematPartitioner(_PartitionerBase):
 
         default = consider("compile-default", P.choose_saved_values_set(joint, node_info, memory_budget=1.0))
         budget_bytes = self._resolve(default)
+        promised = budget_bytes     # what the step must measure within
+        budget_bytes = int(budget_bytes * self.scale)    # what the model must predict within
         if self.knapsack and budget_bytes < default.peak:
             for level in _KNAPSACK_LEVELS:
                 try:
@@ -584,7 +694,8 @@ class RematPartitioner(_PartitionerBase):
                     break
         if budget_bytes < default.peak:
             self._solve(joint, node_info, default, budget_bytes, consider)
-        fitting = [c for c in candidates if c[2].peak <= budget_bytes]
+        fitting = [c for c in candidates if c[2].peak <= budget_bytes
+                   and frozenset(n.name for n in c[1]) not in self.rejected]
         if not fitting:
             smallest = min(candidates, key=lambda c: c[2].peak)[2]
             frac = (smallest.peak - default.fixed) / max(1, default.peak - default.fixed)
@@ -600,7 +711,8 @@ class RematPartitioner(_PartitionerBase):
         if final.peak > budget_bytes:   # the finishing passes only reorder getitems; re-checked all the same
             raise RematError(f"the chosen plan ({source}) peaks at {final.peak} bytes after finishing, over the "
                              f"budget of {budget_bytes} bytes (a bug)")
-        plan = CompiledPlan(budget_bytes=budget_bytes, predicted_peak_bytes=final.peak, fixed_bytes=default.fixed,
+        self.last_saved = frozenset(n.name for n in saved)
+        plan = CompiledPlan(budget_bytes=promised, model_budget_bytes=budget_bytes, predicted_peak_bytes=final.peak, fixed_bytes=default.fixed,
                             default_peak_bytes=default.peak, saved_bytes=final.saved_bytes,
                             recompute_cost=final.cost, source=source, n_saved=final.n_saved,
                             n_recomputed=final.n_recomputed, plan_time_s=time.perf_counter() - start,
@@ -653,6 +765,78 @@ class RematPartitioner(_PartitionerBase):
 
 # ---------------------------------------------------------------- the backend
 
+@contextlib.contextmanager
+def _fresh_compile_metrics(fresh: bool):
+    """Dynamo's per-compile metrics emptied around a second compile of the same graph (each metric may be set
+    once per compile), then restored."""
+    ctx = None
+    if fresh:
+        try:
+            from torch._dynamo.utils import get_metrics_context
+
+            ctx = get_metrics_context()
+        except ImportError:     # pragma: no cover
+            ctx = None
+    if ctx is None or not hasattr(ctx, "_metrics"):
+        yield
+        return
+    saved, ctx._metrics = ctx._metrics, {}
+    try:
+        yield
+    finally:
+        ctx._metrics = saved
+
+
+def _measure_step(compiled: Callable, example_inputs) -> int | None:
+    """Peak bytes of one forward and backward of ``compiled`` on copies of ``example_inputs``.
+
+    Inputs are fresh tensors of the same shapes (random floats, zero
+    integers), so nothing the caller owns is read or written. The backward
+    gets ones for every output that requires a gradient (a loss's tangent).
+    """
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        args = []
+        for x in example_inputs:
+            if isinstance(x, torch.Tensor):
+                t = _real(x).requires_grad_(x.requires_grad) if x.is_floating_point() or not x.requires_grad \
+                    else _real(x)
+                args.append(t)
+            else:
+                args.append(x)
+        cuda = any(isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in args)
+
+        def step():
+            outs = compiled(*args)
+            outs = [o for o in (outs if isinstance(outs, (list, tuple)) else [outs])
+                    if isinstance(o, torch.Tensor) and o.requires_grad]
+            if outs:
+                torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
+
+        try:
+            if cuda:
+                torch.cuda.synchronize()
+                base = torch.cuda.memory_allocated()
+                torch.cuda.reset_peak_memory_stats()
+                step()
+                torch.cuda.synchronize()
+                return int(torch.cuda.max_memory_allocated() - base)
+            from .meter import AllocatorMeter
+
+            with AllocatorMeter() as m:
+                step()
+            return int(m.peak_bytes)
+        except Exception as exc:    # a graph that cannot run on made-up inputs is not checked (logged)
+            log.warning("remat backend: the compiled step could not be measured at compile time: %s", exc)
+            return None
+
+
+# Inductor settings under which the compiled code allocates what the memory model predicts (see the module
+# docstring); a user's ``config_patches`` override them.
+_INDUCTOR_PATCHES: dict = {}
+
+
 def _interpreted(gm: fx.GraphModule, example_inputs) -> Callable:
     """An uncompiled half that takes its arguments boxed and drops every value after its last reader."""
     def run(args: list):
@@ -663,7 +847,8 @@ def _interpreted(gm: fx.GraphModule, example_inputs) -> Callable:
 
 
 def backend(budget=0.5, *, method: str = "auto", time_limit_s: float = 5.0, inductor: bool = True,
-            knapsack: bool = True, cache: bool = False) -> Callable:
+            knapsack: bool = True, cache: bool = False, config_patches: dict | None = None,
+            verify: bool = True) -> Callable:
     """A ``torch.compile`` backend that trains within ``budget``: ``torch.compile(model, backend=backend(0.5))``.
 
     Parameters
@@ -685,6 +870,14 @@ def backend(budget=0.5, *, method: str = "auto", time_limit_s: float = 5.0, indu
     cache : bool
         Let Inductor's on-disk cache reuse the plan and compiled code in a later
         process (the partitioner is then not called and records no plan).
+    config_patches : dict, optional
+        More Inductor settings (``torch._inductor.config`` names).
+    verify : bool
+        Run the compiled step once at compile time on random inputs of the
+        traced shapes (copies; the model is not touched) and measure its peak
+        (CPU: the allocator meter; CUDA: ``max_memory_allocated``). Over
+        budget, the partitioner plans again for proportionally less, up to
+        three times. The measurement is ``plan.measured_peak_bytes``.
 
     Returns
     -------
@@ -711,19 +904,66 @@ def backend(budget=0.5, *, method: str = "auto", time_limit_s: float = 5.0, indu
     partitioner = RematPartitioner(budget, method=method, time_limit_s=time_limit_s, fused=inductor,
                                    knapsack=knapsack, cache=cache)
 
-    if inductor:
-        def remat_backend(gm: fx.GraphModule, example_inputs):
+    patches = {**_INDUCTOR_PATCHES, **(config_patches or {}), "custom_partitioner_fn": partitioner}
+
+    def compile_once(gm: fx.GraphModule, example_inputs):
+        if inductor:
             from torch._inductor.compile_fx import compile_fx
 
-            return compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": partitioner})
-    else:
-        def remat_backend(gm: fx.GraphModule, example_inputs):
-            from torch._dynamo.backends.common import aot_autograd
+            return compile_fx(gm, example_inputs, config_patches=patches)
+        from torch._dynamo.backends.common import aot_autograd
 
-            # as the "aot_eager" backend does, with this partitioner and an interpreter that frees each value
-            # (inputs included) after its last use, as compiled code does
-            return aot_autograd(fw_compiler=_interpreted, bw_compiler=_interpreted, partition_fn=partitioner,
-                                keep_inference_input_mutations=True)(gm, example_inputs)
+        # as the "aot_eager" backend does, with this partitioner and an interpreter that frees each value
+        # (inputs included) after its last use, as compiled code does
+        return aot_autograd(fw_compiler=_interpreted, bw_compiler=_interpreted, partition_fn=partitioner,
+                            keep_inference_input_mutations=True)(gm, example_inputs)
+
+    def remat_backend(gm: fx.GraphModule, example_inputs):
+        if not verify:
+            return compile_once(gm, example_inputs)
+        import copy
+
+        pristine = copy.deepcopy(gm)
+        partitioner.scale = 1.0
+        partitioner.rejected = set()
+        tried: list = []
+        for attempt in range(4):
+            n_plans = len(partitioner.plans)
+            try:
+                with _fresh_compile_metrics(attempt > 0):
+                    compiled = compile_once(copy.deepcopy(pristine), example_inputs)
+            except CompiledBudgetError as exc:
+                if not tried:
+                    raise
+                best = min(tried, key=lambda p: p.measured_peak_bytes)
+                raise CompiledBudgetError(
+                    f"no plan found measures within the budget {format_bytes(best.budget_bytes)} "
+                    f"({best.budget_bytes} bytes): the smallest compiled step measured "
+                    f"{format_bytes(best.measured_peak_bytes)} ({best.measured_peak_bytes} bytes) against the "
+                    f"memory model's {format_bytes(best.predicted_peak_bytes)}; then: {exc}",
+                    smallest_bytes=best.measured_peak_bytes) from None
+            plan = partitioner.plans[-1] if len(partitioner.plans) > n_plans else None
+            if plan is None:    # no backward (or a cached plan): nothing to check
+                return compiled
+            with _fresh_compile_metrics(True):    # the backward compiles lazily, inside this first step
+                plan.measured_peak_bytes = _measure_step(compiled, example_inputs)
+            plan.attempts = attempt + 1
+            if (plan.measured_peak_bytes is None or plan.measured_peak_bytes <= plan.budget_bytes
+                    or plan.source == "compile-default"):   # compile's own plan: as small as budget 1.0 promises
+                return compiled
+            log.info("remat backend: the compiled step measured %s over the budget %s (model %s); planning "
+                     "again for less", format_bytes(plan.measured_peak_bytes), format_bytes(plan.budget_bytes),
+                     format_bytes(plan.predicted_peak_bytes))
+            tried.append(plan)
+            partitioner.plans.pop()
+            partitioner.rejected.add(partitioner.last_saved)
+            partitioner.scale *= max(0.8, plan.budget_bytes / plan.measured_peak_bytes)
+        best = min(tried, key=lambda p: p.measured_peak_bytes)
+        raise CompiledBudgetError(
+            f"no plan found measures within the budget {format_bytes(best.budget_bytes)} ({best.budget_bytes} "
+            f"bytes) after {len(tried)} compiles: the smallest compiled step measured "
+            f"{format_bytes(best.measured_peak_bytes)} ({best.measured_peak_bytes} bytes)",
+            smallest_bytes=best.measured_peak_bytes)
 
     remat_backend.partitioner = partitioner
     return remat_backend
