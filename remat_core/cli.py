@@ -41,6 +41,7 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 import tempfile
 from typing import Any, Callable, Iterator, Sequence
@@ -76,6 +77,29 @@ def _read_json_file(path: str, what: str = "graph file") -> Any:
         raise CLIError(f"cannot read {what} {path!r}: {exc.strerror or exc}") from None
 
 
+def _scalable_zoo_model(name: str) -> bool:
+    """Whether ``name`` is a zoo model that can be built at any batch size."""
+    from .zoo.models import SPEC_FORMAT, load_spec
+
+    try:
+        return load_spec(name).get("format") == SPEC_FORMAT
+    except (ValueError, TypeError):
+        return False
+
+
+def _split_batch_suffix(spec: str, batch_size: int | None) -> tuple[str, int | None]:
+    """``("unet", 32)`` for ``"unet-b32"``, the name a zoo model's graph carries, when ``unet`` is a zoo model
+    that scales with the batch (so ``unet-b1`` is keras_unet at batch 1, not the file torch_unet_b1, which
+    ``unet_b1`` names); else ``(spec, batch_size)``. A ``batch_size`` that disagrees is an error."""
+    m = re.fullmatch(r"(.+)-b([0-9]+)", spec)
+    if m is None or os.path.exists(spec) or not _scalable_zoo_model(m.group(1)):
+        return spec, batch_size
+    b = int(m.group(2))
+    if batch_size is not None and batch_size != b:
+        raise CLIError(f"graph {spec!r} is {m.group(1)!r} at batch size {b}; --batch-size {batch_size} disagrees")
+    return m.group(1), b
+
+
 def graph_factory_arg(spec: str) -> Callable[[int], Graph] | None:
     """``batch_size -> Graph`` for a graph spec that scales with the batch, else ``None``.
 
@@ -93,6 +117,7 @@ def graph_factory_arg(spec: str) -> Callable[[int], Graph] | None:
         if isinstance(data, dict) and data.get("format") == SPEC_FORMAT:
             return lambda b: graph_from_spec(data, batch_size=b)
         return None
+    spec = _split_batch_suffix(spec, None)[0]   # "unet-b32": unet, whose batch size is what varies
     try:
         data = load_spec(spec)
     except ValueError as exc:
@@ -135,6 +160,7 @@ def load_graph_arg(spec: str, batch_size: int | None = None) -> Graph:
         except (KeyError, AttributeError, TypeError, ValueError) as exc:
             raise CLIError(f"graph file {spec!r} is neither a remat graph, a zoo model nor a valid DTR graph "
                            f"({type(exc).__name__}: {exc})") from None
+    spec, batch_size = _split_batch_suffix(spec, batch_size)
     try:
         return zoo_graph(spec, batch_size=batch_size)
     except ValueError as exc:
@@ -586,7 +612,9 @@ def _cmd_max_batch(args: argparse.Namespace) -> int:
               f"{res.batch_size}{' (the --max-batch limit)' if res.hit_max_batch else ''}")
         r = res.result
         if r is not None and r.success:
-            over = f", overhead +{_pct(res.overhead)}" if res.overhead is not None else ""
+            # res.overhead is a ratio (1.0: no recomputation), not a percentage
+            over = (f", compute {res.overhead:.2f}x the cost without recomputation (+{_pct(res.overhead - 1)})"
+                    if res.overhead is not None else "")
             print(f"  peak {format_bytes(r.peak_memory_bytes)}{over}")
     return 0 if res.batch_size > 0 else 1
 
@@ -672,6 +700,13 @@ def _cmd_methods(args: argparse.Namespace) -> int:
     return 0
 
 
+def _resolve_zoo(name: str) -> str:
+    """The zoo file a name stands for (``vgg16`` -> ``keras_vgg16``)."""
+    from .zoo.models import _resolve
+
+    return _resolve(name)
+
+
 def _cmd_zoo(args: argparse.Namespace) -> int:
     from .simulate import checkpoint_all_peak_bytes
     from .zoo.models import list_zoo, zoo_graph
@@ -679,22 +714,32 @@ def _cmd_zoo(args: argparse.Namespace) -> int:
     names = list_zoo()
     rows = []
     for name in names:
+        # what the CLI accepts besides the file name: vgg16 for keras_vgg16 (a model at any batch size, whose
+        # graphs are named vgg16-b<N>); a fixed-batch file (torch_unet_b1) is named by its file name only
+        short = name.split("_", 1)[-1]
+        try:
+            short = short if _resolve_zoo(short) == name and _scalable_zoo_model(name) else name
+        except ValueError:
+            short = name
         try:
             g = zoo_graph(name, batch_size=args.batch_size) if args.batch_size else zoo_graph(name)
         except ValueError:
             g = zoo_graph(name)
-        rows.append({"name": name, "nodes": g.n, "fixed_bytes": int(g.fixed_bytes),
+        rows.append({"name": name, "short_name": short, "graph_name": g.name, "nodes": g.n, "fixed_bytes": int(g.fixed_bytes),
                      "checkpoint_all_peak_bytes": int(checkpoint_all_peak_bytes(g)),
                      "min_budget_bytes": min_budget_bytes(g)[0], "batch_size": g.meta.get("batch_size")})
     if args.json:
         print(to_json(rows, indent=1))
     else:
-        width = max([len(r["name"]) for r in rows] + [4])
-        print(f"{'name':<{width}} {'nodes':>5} {'batch':>5} {'fixed':>10} {'no-remat peak':>13} {'min budget':>10}")
+        width = max([len(r["short_name"]) for r in rows] + [4])
+        full = max([len(r["name"]) for r in rows] + [4])
+        print(f"{'name':<{width}} {'file':<{full}} {'nodes':>5} {'batch':>5} {'fixed':>10} {'no-remat peak':>13} "
+              f"{'min budget':>10}")
         for r in rows:
-            print(f"{r['name']:<{width}} {r['nodes']:>5} {str(r['batch_size'] or '-'):>5} "
+            print(f"{r['short_name']:<{width}} {r['name']:<{full}} {r['nodes']:>5} {str(r['batch_size'] or '-'):>5} "
                   f"{format_bytes(r['fixed_bytes']):>10} {format_bytes(r['checkpoint_all_peak_bytes']):>13} "
                   f"{format_bytes(r['min_budget_bytes']):>10}")
+        print("(either column names a graph; so does the name a graph prints, such as unet-b32: unet at batch 32)")
     return 0
 
 

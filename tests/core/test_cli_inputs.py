@@ -60,3 +60,37 @@ def test_a_bad_budget_is_one_line(capsys, budget, words):
 def test_max_batch_takes_bytes_not_a_fraction(capsys):
     code, _, err = run(capsys, "max-batch", "linear:8", "--budget", "0.5", "--no-progress")
     assert code == 2 and "`--budget` of max-batch is total bytes" in err
+
+
+# ---------------------------------------------------------------- zoo names round-trip
+def test_every_zoo_graph_is_listed_under_a_name_the_cli_accepts_and_its_own_name_loads_it(capsys):
+    from remat_core.cli import load_graph_arg
+    from remat_core.sweep import graph_key
+    from remat_core.zoo.models import list_zoo, zoo_graph
+
+    code, out, _ = run(capsys, "zoo", "--json")
+    rows = json.loads(out)
+    assert code == 0 and [r["name"] for r in rows] == list_zoo()
+    shorts = {r["short_name"] for r in rows}
+    assert {"vgg16", "unet", "mobilenet", "resnet50"} <= shorts   # the names the docs use
+    for r in rows:
+        g = zoo_graph(r["name"])
+        for spec in (r["name"], r["short_name"], r["graph_name"]):
+            assert graph_key(load_graph_arg(spec)) == graph_key(g), spec
+    # the name a graph prints at another batch size (the demo prints unet-b32) names it again
+    g32 = load_graph_arg("unet", batch_size=32)
+    assert g32.name == "unet-b32" and graph_key(load_graph_arg("unet-b32")) == graph_key(g32)
+    code, out, _ = run(capsys, "zoo")
+    assert code == 0 and out.splitlines()[0].split()[:2] == ["name", "file"]
+    assert any(ln.split()[:2] == ["vgg16", "keras_vgg16"] for ln in out.splitlines())
+
+
+def test_a_batch_size_that_disagrees_with_the_name_is_an_error(capsys):
+    code, _, err = run(capsys, "solve", "unet-b32", "0.5", "--batch-size", "16", "--method", "checkpoint-all")
+    assert code == 2 and "disagrees" in err
+
+
+def test_max_batch_prints_the_cost_ratio_not_a_percentage_of_it(capsys):
+    # checkpoint-all recomputes nothing: its cost is 1.00x the cost without recomputation (was "+100.0%")
+    code, out, _ = run(capsys, "max-batch", "linear:4", "--budget", "30", "--no-progress")
+    assert code == 0 and "compute 1.00x the cost without recomputation (+0.0%)" in out
