@@ -1000,7 +1000,10 @@ def rematerialize(
     if budget is not None:  # check the budget's form before tracing
         from remat_core.units import _as_fraction, parse_bytes
 
-        f = _as_fraction(budget)
+        try:  # remat_core.units names the argument in its errors (newer signature)
+            f = _as_fraction(budget, "budget")
+        except TypeError:
+            f = _as_fraction(budget)
         if f is None:
             parse_bytes(budget, "budget")
         elif not 0.0 <= f <= 1.0:
