@@ -73,8 +73,15 @@ def _read_json_file(path: str, what: str = "graph file") -> Any:
         raise CLIError(f"{what} {path!r} is not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise CLIError(f"{what} {path!r} is not valid JSON: {exc}") from None
+    except RecursionError:   # arrays or objects nested thousands deep (was "internal error: RecursionError")
+        raise CLIError(f"{what} {path!r} is JSON nested too deeply to be a graph") from None
     except OSError as exc:
         raise CLIError(f"cannot read {what} {path!r}: {exc.strerror or exc}") from None
+
+
+def _looks_like_a_path(spec: str) -> bool:
+    """Whether a graph spec that names no existing file was meant as one (a folder in it, or a .json end)."""
+    return "/" in spec or os.sep in spec or spec.lower().endswith(".json")
 
 
 def _scalable_zoo_model(name: str) -> bool:
@@ -117,6 +124,8 @@ def graph_factory_arg(spec: str) -> Callable[[int], Graph] | None:
         if isinstance(data, dict) and data.get("format") == SPEC_FORMAT:
             return lambda b: graph_from_spec(data, batch_size=b)
         return None
+    if _looks_like_a_path(spec):
+        raise CLIError(f"file not found: {spec}")
     spec = _split_batch_suffix(spec, None)[0]   # "unet-b32": unet, whose batch size is what varies
     try:
         data = load_spec(spec)
@@ -152,7 +161,7 @@ def load_graph_arg(spec: str, batch_size: int | None = None) -> Graph:
         if batch_size is not None:
             raise CLIError(f"graph file {spec!r} has a fixed batch size; drop --batch-size")
         if head.get("format") == "remat-graph":
-            return Graph.from_dict(head)
+            return Graph.from_dict(head, source=repr(spec))   # every error names the file
         try:
             return load_dtr_dag(spec)
         except RematError:
@@ -160,11 +169,14 @@ def load_graph_arg(spec: str, batch_size: int | None = None) -> Graph:
         except (KeyError, AttributeError, TypeError, ValueError) as exc:
             raise CLIError(f"graph file {spec!r} is neither a remat graph, a zoo model nor a valid DTR graph "
                            f"({type(exc).__name__}: {exc})") from None
+    if _looks_like_a_path(spec):
+        raise CLIError(f"file not found: {spec}")
     spec, batch_size = _split_batch_suffix(spec, batch_size)
     try:
         return zoo_graph(spec, batch_size=batch_size)
     except ValueError as exc:
-        raise CLIError(f"graph {spec!r} is neither a file, linear:N, nor a usable zoo graph: {exc}") from None
+        raise CLIError(f"graph {spec!r}: no such file, and neither linear:N nor a zoo graph (`remat zoo` lists "
+                       f"them): {exc}") from None
 
 
 def _int_arg(text: str, what: str) -> int:
@@ -789,7 +801,8 @@ def build_parser(plugins: bool | Sequence[str] = True) -> argparse.ArgumentParse
     s.add_argument("--method", default="auto" if "auto" in _registered() else "ilp",
                    help="method name (see `remat methods`; default %(default)s)")
     s.add_argument("--batch-size", type=int, default=None, help="batch size for zoo models (default 1)")
-    s.add_argument("--options", default="", help="method options as a JSON object, e.g. '{\"mip_gap\": 0.01}'")
+    s.add_argument("--options", default="",
+                   help="method options as a JSON object, e.g. '{\"mip_rel_gap\": 0.01}' (ilp's relative MIP gap)")
     s.add_argument("--time-limit", type=float, default=None, help="time_limit_s for methods that take one")
     s.add_argument("--host-bandwidth", default=None, help="offload to host memory too, over a link of this many "
                    "bytes/s (e.g. 16GB/s); the cost is then time with the copies' stalls (docs: offload)")
@@ -809,7 +822,7 @@ def build_parser(plugins: bool | Sequence[str] = True) -> argparse.ArgumentParse
                    " (default: --num budgets from the lower bound to checkpoint-all's peak)")
     w.add_argument("--num", type=int, default=8, help="number of budgets when --budgets is not given (default 8)")
     w.add_argument("--methods", default="all", help="comma-separated method names (default: all registered)")
-    w.add_argument("--options", default="", help="per-method options as JSON, e.g. '{\"ilp\": {\"mip_gap\": 0.01}}'")
+    w.add_argument("--options", default="", help="per-method options as JSON, e.g. '{\"ilp\": {\"mip_rel_gap\": 0.01}}'")
     w.add_argument("--time-limit", type=float, default=None, help="time_limit_s for every method that takes one")
     w.add_argument("--out", default=None, help="JSON-lines results file; rerunning with the same file resumes")
     w.add_argument("--scheduler", default=None, help="where solves run: local (process pool, default), serial, "

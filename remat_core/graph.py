@@ -621,6 +621,8 @@ def _read_json_object(path: str | os.PathLike, what: str) -> dict[str, Any]:
         data = json.loads(text, parse_constant=constant)
     except ValueError as exc:   # json.JSONDecodeError, and NaN / Infinity above
         raise GraphValidationError(f"{where} is not valid JSON: {exc}") from None
+    except RecursionError:   # arrays or objects nested thousands deep: no graph looks like that
+        raise GraphValidationError(f"{where} is JSON nested too deeply to be a {what} file") from None
     if not isinstance(data, dict):
         raise GraphValidationError(f"{where}: a {what} file holds a JSON object; got {_json_type(data)}")
     return data

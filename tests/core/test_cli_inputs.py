@@ -94,3 +94,54 @@ def test_max_batch_prints_the_cost_ratio_not_a_percentage_of_it(capsys):
     # checkpoint-all recomputes nothing: its cost is 1.00x the cost without recomputation (was "+100.0%")
     code, out, _ = run(capsys, "max-batch", "linear:4", "--budget", "30", "--no-progress")
     assert code == 0 and "compute 1.00x the cost without recomputation (+0.0%)" in out
+
+
+# ---------------------------------------------------------------- graph files
+def test_a_missing_graph_file_says_file_not_found(capsys, tmp_path):
+    missing = str(tmp_path / "nope.json")
+    code, _, err = run(capsys, "solve", missing, "0.5")
+    assert code == 2 and err.strip() == f"remat: error: file not found: {missing}"
+    code, _, err = run(capsys, "max-batch", missing, "--budget", "1GB", "--no-progress")
+    assert code == 2 and "file not found" in err
+    code, _, err = run(capsys, "solve", "no_such_graph", "0.5")
+    assert code == 2 and "no such file" in err and "remat zoo" in err
+
+
+def test_remat_format_errors_name_the_file(capsys, tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"format": "remat-graph", "version": 1, "nodes": [{"name": "a", "cost": -1}]}))
+    code, _, err = run(capsys, "solve", str(path), "0.5")
+    assert code == 2 and str(path) in err and "`cost`" in err
+
+
+def test_an_empty_graph_file_is_refused(capsys, tmp_path):
+    path = tmp_path / "empty.json"
+    path.write_text(json.dumps({"format": "remat-graph", "version": 1, "nodes": []}))
+    code, out, err = run(capsys, "solve", str(path), "0.5")
+    assert code == 2 and out == "" and "at least one node" in err and str(path) in err
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, '{"a":' * 50_000 + "1" + "}" * 50_000])
+def test_deeply_nested_json_is_a_clear_error(capsys, tmp_path, text):
+    path = tmp_path / "deep.json"
+    path.write_text(text)
+    code, _, err = run(capsys, "solve", str(path), "0.5")
+    assert code == 2 and "nested too deeply" in err and "internal error" not in err
+
+
+def test_deeply_nested_json_through_graph_load(tmp_path):
+    from remat_core import Graph, GraphValidationError
+
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(GraphValidationError, match="nested too deeply"):
+        Graph.load(path)
+
+
+def test_the_options_example_of_the_help_works(capsys):
+    from remat_core.cli import build_parser
+
+    help_text = build_parser(plugins=[])._subparsers._group_actions[0].choices["solve"].format_help()
+    example = help_text.split("e.g. '", 1)[1].split("'", 1)[0]
+    code, out, err = run(capsys, "solve", "linear:6", "0.6", "--method", "ilp", "--options", example)
+    assert code == 0, err
