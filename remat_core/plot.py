@@ -305,7 +305,8 @@ def plot_memory_timeline(
                               f"{sim.recompute_count} recomputations")
         recomputed = np.asarray(sim.step_node) != np.asarray(sim.step_stage)
         if recomputed.any():
-            ax.plot(steps[recomputed], mem[recomputed], ls="none", marker="o", ms=3, color=line.get_color(),
+            # one colour for every curve's recomputation markers, the colour of their legend entry
+            ax.plot(steps[recomputed], mem[recomputed], ls="none", marker="o", ms=3, color="0.3",
                     zorder=4, label="_recomputation")
         top = max(top, float(mem.max(initial=0)) * scale)
         longest = max(longest, len(mem))

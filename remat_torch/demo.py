@@ -2,12 +2,13 @@
 
 1. Train a small transformer and a CNN (:mod:`remat_torch.models`) for a few
    steps under a memory budget well below what they need without
-   rematerialization, and print for each: the budget, checkpoint-all's peak,
+   rematerialization, and print for each: the budget, the peak of the plan
+   that recomputes nothing ("no remat (keep all)", the core's ``checkpoint-all``),
    the plan's predicted and *measured* peak, the step time against eager
    PyTorch, what ``torch.utils.checkpoint`` gives at that memory, and the
    solve time.
 2. Sweep a zoo model's budgets from the hard lower bound (no schedule exists
-   below it) to checkpoint-all's peak with every method that applies.
+   below it) to the no-remat peak with every method that applies.
 3. Write the plots: the trade-off curves of the sweep, the R/S matrices and
    the memory timeline of the transformer's plan.
 
@@ -41,6 +42,14 @@ from .meter import AllocatorMeter
 from .models import TransformerLM, mid_cnn
 
 __all__ = ["run_demo", "main", "add_demo_command"]
+
+#: What the demo calls methods in its output: the core's ``checkpoint-all`` keeps every activation (no
+#: rematerialization), the opposite of what PyTorch users call checkpointing.
+DISPLAY_NAMES = {"checkpoint-all": "no remat (keep all)"}
+
+
+def _display(method: str) -> str:
+    return DISPLAY_NAMES.get(method, method)
 
 
 class _WithLoss(torch.nn.Module):
@@ -142,16 +151,29 @@ def _train_one(name, model, x, ckpt_forward, segments, fraction: float, method: 
     _step(eager, x)
     measured = _peak(rm, x, outside)
     eager_peak = _peak(eager, x, outside)
-    # torch.utils.checkpoint: the fewest segments (the least recomputation) whose measured peak fits the budget
+    # torch.utils.checkpoint: every segment count measured; at this budget, the fewest segments (the least
+    # recomputation) whose measured peak fits
     ckpt = {}
     for k in segments:
         m = copy.deepcopy(model)
         fwd = (lambda mm, xx, k=k: ckpt_forward(mm, xx, k))
         _step(m, x, fwd)
         ckpt[k] = (m, fwd, _peak(m, x, outside, fwd))
-        if ckpt[k][2] <= budget:
-            break
     best = next((k for k, v in ckpt.items() if v[2] <= budget), None)
+    # remat's smallest plan: the smallest budget a method finds (what torch.utils.checkpoint cannot reach)
+    try:
+        rm.replan(budget=0.0)
+        smallest = None  # pragma: no cover - 0.0 is below the gradients' floor on these models
+    except BudgetInfeasibleError as exc:
+        smallest = exc.min_budget_bytes
+    low_rm = None
+    if smallest:
+        try:
+            low_rm = rm.replan(budget=int(smallest))
+            _step(low_rm, x)
+            smallest = (int(smallest), _peak(low_rm, x, outside))
+        except BudgetInfeasibleError:
+            smallest, low_rm = None, None
     fns = {"eager": lambda: _step(eager, x), "remat": lambda: _step(rm, x)}
     if best is not None:
         fns["ckpt"] = lambda: _step(ckpt[best][0], x, ckpt[best][1])
@@ -164,6 +186,7 @@ def _train_one(name, model, x, ckpt_forward, segments, fraction: float, method: 
         "eager_s": t["eager"], "remat_s": t["remat"], "losses": losses,
         "ckpt_best": (best, t["ckpt"], ckpt[best][2]) if best is not None else None,
         "ckpt_smallest": min((v[2], k) for k, v in ckpt.items()),
+        "remat_smallest": smallest,
         "recomputations": rm.result.stats.get("recomputations"), "module": rm, "note": note,
     }
 
@@ -179,24 +202,40 @@ def _print_model(r: dict[str, Any]) -> None:
     if r["note"]:
         print(f"  ({r['note']})")
     print(f"  budget {format_bytes(r['budget'])} ({r['fraction']:.2f} of activation memory); without remat: "
-          f"eager {format_bytes(r['eager_peak'])}, checkpoint-all {format_bytes(r['checkpoint_all_peak'])}")
-    print(f"  remat {r['method']} ({r['status']}, solved in {r['solve_s']:.1f} s): peak predicted "
+          f"eager {format_bytes(r['eager_peak'])}, remat's plan with no recomputation (keep all) "
+          f"{format_bytes(r['checkpoint_all_peak'])}")
+    print(f"  remat {_display(r['method'])} ({r['status']}, solved in {r['solve_s']:.1f} s): peak predicted "
           f"{format_bytes(r['predicted'])}, measured {format_bytes(r['measured'])}; step "
           f"{1e3 * r['remat_s']:.0f} ms vs eager {1e3 * r['eager_s']:.0f} ms ({100 * over:+.0f}%){note}")
     if r["ckpt_best"] is not None:
         k, s, peak = r["ckpt_best"]
         print(f"  torch.utils.checkpoint at this memory: checkpoint_sequential({k}) peak {format_bytes(peak)}, "
               f"step {1e3 * s:.0f} ms ({100 * (s / r['eager_s'] - 1):+.0f}%)")
+        if r["remat_s"] <= s:
+            print("  at this memory remat's step is as fast or faster than torch.utils.checkpoint's")
+        else:
+            print(f"  at this memory remat's step is {100 * (r['remat_s'] / s - 1):.0f}% slower than "
+                  "torch.utils.checkpoint's: the plan runs every aten op one by one from Python-generated code "
+                  "(no fused kernels), which on a model this small costs more than the recomputation it saves")
     else:
         peak, k = r["ckpt_smallest"]
         print(f"  torch.utils.checkpoint at this memory: nothing fits (smallest: checkpoint_sequential({k}) "
               f"at {format_bytes(peak)})")
+    ck_low, ck_k = r["ckpt_smallest"]
+    if r.get("remat_smallest"):
+        planned, measured_low = r["remat_smallest"]
+        below = measured_low < ck_low
+        print(f"  smallest memory: remat {format_bytes(measured_low)} measured (plan at {format_bytes(planned)}), "
+              f"torch.utils.checkpoint {format_bytes(ck_low)} (checkpoint_sequential({ck_k}))"
+              + (f": {format_bytes(ck_low - measured_low)} that only remat reaches" if below else
+                 ": remat does not reach below it on this model"))
     print(f"  trained {len(r['losses'])} steps: loss {r['losses'][0]:.4f} -> {r['losses'][-1]:.4f}")
 
 
 def _sweep_table(res, methods: list[str], budgets: list[int]) -> list[str]:
     cells = {(r["method"], r["budget_bytes"]): r for r in res.rows}
-    width = max(len(m) for m in methods)
+    width = max(len(_display(m)) for m in methods)
+    unproven = False
     head = " " * width + "".join(f"{format_bytes(b):>10}" for b in budgets) + "   mean solve"
     lines = [head]
     for m in methods:
@@ -207,10 +246,16 @@ def _sweep_table(res, methods: list[str], budgets: list[int]) -> list[str]:
                 row.append("?")
                 continue
             times.append(r.get("solve_time_s") or 0.0)
-            row.append(f"+{100 * (r['objective'] / r['base_cost'] - 1):.1f}%" if r.get("objective") is not None
-                       else "-")
-        lines.append(f"{m:<{width}}" + "".join(f"{c:>10}" for c in row) + f"   {statistics.mean(times):8.2f} s")
-    lines.append("(-: no schedule at that budget)")
+            cell = (f"+{100 * (r['objective'] / r['base_cost'] - 1):.1f}%" if r.get("objective") is not None
+                    else "-")
+            if m == "ilp" and r.get("objective") is not None and r.get("status") != "optimal":
+                cell += "*"  # stopped at its time limit: a feasible schedule, optimality not proven
+                unproven = True
+            row.append(cell)
+        lines.append(f"{_display(m):<{width}}" + "".join(f"{c:>10}" for c in row)
+                     + f"   {statistics.mean(times):8.2f} s")
+    lines.append("(-: no schedule at that budget" + ("; *: ilp stopped at its time limit, not proven optimal"
+                                                      if unproven else "") + ")")
     return lines
 
 
@@ -241,7 +286,7 @@ def run_demo(args: argparse.Namespace) -> int:
     budgets = sorted({int(low + (high - low) * i / (n - 1)) for i in range(n)})
     methods, skipped = applicable_methods(graph, available_methods())
     print(f"\nbudget sweep of {graph.name} ({graph.n} nodes): every schedule needs >= {format_bytes(low)} "
-          f"(node {culprit!r}), no remat needs {format_bytes(high)}; compute overhead per budget:")
+          f"(node {culprit!r}), no remat (keep all) needs {format_bytes(high)}; compute overhead per budget:")
     if skipped:
         print(f"(skipped {', '.join(skipped)}: chain-only methods, and {graph.name} is not a chain)")
     opts = {m: {"time_limit_s": args.time_limit} for m in methods if _takes_time_limit(m)}
@@ -268,7 +313,7 @@ def run_demo(args: argparse.Namespace) -> int:
                                title=f"transformer plan ({lm.result.method}) at {format_bytes(lm.result.budget_bytes)}: "
                                      f"{lm.result.stats.get('recomputations', 0)} recomputations")
         written.append(os.path.join(out, f"memory_timeline.{ext}"))
-        plot_memory_timeline(g, [("checkpoint-all", Schedule.checkpoint_all(g)),
+        plot_memory_timeline(g, [(_display("checkpoint-all"), Schedule.checkpoint_all(g)),
                                  (lm.result.method, lm.result.schedule)],
                              written[-1], budget_bytes=lm.result.budget_bytes,
                              title="transformer: memory during one training step")
