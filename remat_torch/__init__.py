@@ -44,6 +44,7 @@ _check_torch_version(_torch.__version__)
 
 from .api import (BudgetInfeasibleError, InputMismatchError, RematModule, rematerialize,  # noqa: E402
                   resolve_budget, train_step)
+from .compiled import CompiledBudgetError, backend  # noqa: E402
 from .dtr import dtr  # noqa: E402
 from .execute import Executor  # noqa: E402
 from .extract import GRANULARITIES, ExtractedGraph, UnsupportedModelError, extract_graph  # noqa: E402
@@ -55,4 +56,5 @@ __all__ = [
     "Executor",
     "rematerialize", "RematModule", "train_step", "resolve_budget", "BudgetInfeasibleError",
     "InputMismatchError", "dtr",
+    "backend", "CompiledBudgetError",
 ]
