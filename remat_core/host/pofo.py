@@ -304,59 +304,84 @@ def pofo_solve(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s:
                 cur -= mem[op[1]]
         return int(peak), dur
 
+    def options_at(t: int) -> list[tuple[tuple, tuple[str, ...]]]:
+        """Units starting at ``t``: S(t), or M(t, e) with or without a top, with their labels."""
+        opts = [(("S", t), (lab,)) for lab in ("K", "O") if t <= n - 2 or lab == "K"]
+        for e in range(t, n):
+            if e == n - 1:
+                opts.append((("M", t, e, None), ("R",) * (e - t + 1)))
+            else:
+                opts += [(("M", t, e, e + 1), ("R",) * (e - t + 1) + (lab,))
+                         for lab in ("K", "O") if e + 1 <= n - 2 or lab == "K"]
+        return opts
+
+    def transition(unit: tuple, labs: tuple, labprev: str) -> tuple:
+        """What adding ``unit`` costs, independent of the kept bytes ``K`` below it and of what the unit below
+        needs: (forward peak - K, backward peak - K without the unit below's prefetches, backward compute,
+        forward time, added kept bytes, label of its top, the value it needs from below or -1, ``f_{lo-1}`` if
+        the unit below needs it or -1)."""
+        lo, hi = _lo_hi(unit)
+        lab_of = {lo + i: x for i, x in enumerate(labs)}
+        if labprev != "-":
+            lab_of[lo - 1] = labprev
+        reads_head = lo > 0 and _reads_head(info, unit)
+        # forward of stages lo..hi: peaks (above K) and the stalls of their copies
+        peak = -math.inf
+        fwd = 0.0
+        for j in range(lo, hi + 1):
+            if j == lo:   # kept below lo - 1, relative to K (kept below lo)
+                rel = -(mem[lo - 1] if labprev == "K" else 0)
+            else:         # kept below j - 1
+                rel = sum(mem[i] for i in range(lo, j - 1) if lab_of[i] == "K")
+            peak = max(peak, fixed + rel + (mem[j - 1] if j >= 1 else 0) + mem[j] + ws[j])
+            fwd += cost[j]
+            if lab_of[j] == "O":
+                fwd += max(0.0, ct(j) - cost[j + 1])
+        # the backward unit (the unit below's prefetches, issued at its start, add their bytes to every instant)
+        resident = fixed + (mem[lo - 1] if labprev == "O" and reads_head else 0)
+        resident += mem[hi] if lab_of[hi] != "R" else 0
+        resident += mem[n] if hi == n - 1 else mem[2 * n - (hi + 1)]
+        bpeak, dur = walk(unit, resident, [])
+        added = sum(mem[j] for j in range(lo, hi + 1) if lab_of[j] == "K")
+        return (peak, bpeak, dur, fwd, added, lab_of[hi], lo - 1 if labprev == "O" and reads_head else -1,
+                lo - 1 if labprev == "O" and not reads_head else -1)
+
+    cache: dict[tuple, tuple] = {}
     # state: (t, kept bytes below t rounded up, label of t-1, the other value the unit below needs or -1)
     best: dict[tuple, tuple[float, Any, Any]] = {(0, 0, "-", -1): (0.0, None, None)}
     for t in range(n):
-        for state in [s for s in best if s[0] == t]:
-            time0, _, _ = best[state]
+        here = [s for s in best if s[0] == t]
+        # a state with fewer kept bytes and no more time dominates (the future depends on K only through peaks)
+        groups: dict[tuple, list] = {}
+        for st in here:
+            groups.setdefault((st[2], st[3]), []).append(st)
+        alive = []
+        for sts in groups.values():
+            sts.sort(key=lambda st: (st[1], best[st][0]))
+            fastest = math.inf
+            for st in sts:
+                if best[st][0] < fastest - 1e-12:
+                    alive.append(st)
+                    fastest = best[st][0]
+        opts = options_at(t)
+        for state in alive:
+            time0 = best[state][0]
             _, kept, labprev, extra = state
-            # units starting at t: S(t), or M(t, e) with or without a top
-            options: list[tuple[tuple, list[str]]] = [(("S", t), [lab]) for lab in ("K", "O") if t <= n - 2 or lab == "K"]
-            for e in range(t, n):
-                if e == n - 1:
-                    options.append((("M", t, e, None), ["R"] * (e - t + 1)))
-                else:
-                    options += [(("M", t, e, e + 1), ["R"] * (e - t + 1) + [lab])
-                                for lab in ("K", "O") if e + 1 <= n - 2 or lab == "K"]
-            for unit, labs in options:
-                lo, hi = _lo_hi(unit)
-                lab_of = {lo + i: x for i, x in enumerate(labs)}
-                if labprev != "-":
-                    lab_of[lo - 1] = labprev
-                reads_head = lo > 0 and _reads_head(info, unit)
-                below = ([extra] if extra >= 0 else []) + (
-                    [lo - 1] if labprev == "O" and not reads_head else [])
-                # forward of stages lo..hi: peaks and the stalls of their copies
-                ok = True
-                fwd = 0.0
-                for j in range(lo, hi + 1):
-                    if j == lo:   # kept below lo - 1
-                        kept_j = kept - (mem[lo - 1] if labprev == "K" else 0)
-                    else:         # kept below j - 1
-                        kept_j = kept + sum(mem[i] for i in range(lo, j - 1) if lab_of[i] == "K")
-                    need = fixed + kept_j + (mem[j - 1] if j >= 1 else 0) + mem[j] + ws[j]
-                    if need > budget:
-                        ok = False
-                        break
-                    fwd += cost[j]
-                    if lab_of[j] == "O":
-                        fwd += max(0.0, ct(j) - cost[j + 1])
-                if not ok:
+            for unit, labs in opts:
+                key = (unit, labs, labprev)
+                if key not in cache:
+                    cache[key] = transition(unit, labs, labprev)
+                fpeak, bpeak, dur, fwd, added, top, new_extra, head_below = cache[key]
+                below = [v for v in (extra, head_below) if v >= 0]
+                peak = max(fpeak, bpeak + sum(mem[v] for v in below))
+                if kept + peak > budget:
                     continue
-                # the backward unit, with the unit below's prefetches issued at its start
-                resident = fixed + kept + (mem[lo - 1] if labprev == "O" and reads_head else 0)
-                resident += mem[hi] if lab_of[hi] != "R" else 0
-                resident += mem[n] if hi == n - 1 else mem[2 * n - (hi + 1)]
-                peak, dur = walk(unit, resident, below)
-                if peak > budget:
-                    continue
-                stall = max(0.0, sum(ct(v) for v in below) - dur)
-                kept2 = kept + sum(mem[j] for j in range(lo, hi + 1) if lab_of[j] == "K")
-                new_extra = lo - 1 if labprev == "O" and reads_head else -1
-                nstate = (hi + 1, up(kept2) if q > 1 else kept2, lab_of[hi], new_extra)
-                tot = time0 + fwd + dur + stall
+                dt = fwd + dur + max(0.0, sum(ct(v) for v in below) - dur)
+                kept2 = kept + added
+                nstate = (_lo_hi(unit)[1] + 1, up(kept2) if q > 1 else kept2, top, new_extra)
+                tot = time0 + dt
                 if nstate not in best or tot < best[nstate][0] - 1e-12:
-                    best[nstate] = (tot, state, labs)
+                    best[nstate] = (tot, state, list(labs))
     # the loss, then read the labels back
     final: tuple[float, Any] | None = None
     for state, (time0, _, _) in best.items():
