@@ -294,7 +294,9 @@ def improve(graph: Graph, budget_bytes: int, offer: Callable[[str, RematResult],
     sim_s: float | None = None
     info: dict[str, Any] = {"moves": 0, "improved": 0, "why": "moves exhausted"}
     real_clock = clock is time.perf_counter
-    for move in (restart_moves() if moves is None else moves):
+    it = restart_moves() if moves is None else iter(moves)
+    while True:
+        # every check before the next move is taken, so that a shared iterator loses none
         inc = incumbent()
         if max_moves is not None and info["moves"] >= max_moves:
             info["why"] = "work budget"
@@ -308,6 +310,9 @@ def improve(graph: Graph, budget_bytes: int, offer: Callable[[str, RematResult],
         left = runner.left()
         if left is not None and left <= 0:
             info["why"] = "deadline"
+            break
+        move = next(it, None)
+        if move is None:
             break
         run_budget = int(math.floor(budget_bytes * move.scale))
         if run_budget < lower:

@@ -396,11 +396,13 @@ def _min_peak(best: _Best, graph: Graph, budget_bytes: int, deadline: float | No
         best.min_budget = peak if best.min_budget is None else min(best.min_budget, peak)
 
 
-def _anytime(best: _Best, graph: Graph, budget_bytes: int, deadline: float | None, stop: Any) -> None:
+def _anytime(best: _Best, graph: Graph, budget_bytes: int, deadline: float | None, stop: Any,
+             moves: Any = None) -> None:
     """The anytime improvement loop (:func:`~remat_core.solvers.anytime.improve`) until ``deadline`` or
-    ``stop()``; without a deadline, its moves run out."""
+    ``stop()``; without a deadline, its moves run out. ``moves``: an iterator shared by several calls, each
+    going on where the last one stopped."""
     from . import _METHODS
-    from .anytime import improve
+    from .anytime import improve, restart_moves
 
     if "dtr" not in _METHODS or (best.result is not None and best.result.status is SolveStatus.OPTIMAL):
         return
@@ -411,15 +413,19 @@ def _anytime(best: _Best, graph: Graph, budget_bytes: int, deadline: float | Non
         measured = _seconds_per_computation(best, "dtr" if heuristic == "h_dtr_eq" else f"dtr({heuristic})")
         if measured is not None:
             per[heuristic] = measured
+    if moves is None:
+        moves = restart_moves()
     info = improve(graph, budget_bytes, best.offer, lambda: best.result, lower_bound=best.lower_bound,
                    deadline=deadline, stop=stop, max_moves=None if deadline is not None else _UNLIMITED_MOVES,
-                   seconds_per_computation=per)
+                   seconds_per_computation=per, moves=moves)
     # one entry for the loop, not one per move (hundreds)
     for name in [k for k in best.tried if k.startswith("restart(")]:
         if name != best.method:
             del best.tried[name]
-    best.tried["anytime"] = {"status": info["why"], "moves": info["moves"], "improved": info["improved"],
-                             "time_s": round(time.perf_counter() - t0, 3)}
+    done = best.tried.get("anytime", {"moves": 0, "improved": 0, "time_s": 0.0})
+    best.tried["anytime"] = {"status": info["why"], "moves": done["moves"] + info["moves"],
+                             "improved": done["improved"] + info["improved"],
+                             "time_s": round(done["time_s"] + time.perf_counter() - t0, 3)}
 
 
 def solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None = 60.0,
@@ -582,6 +588,14 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
         if best.result is None:
             _min_peak(best, graph, budget_bytes, deadline)
         _polish(best, graph, budget_bytes, deadline, sim_s)   # cheap and often the best step: never cut short
+        # the cheap steps before the coarse MILP, which takes all the time it is given: the keep_dead runs, then
+        # the anytime restarts with half of the time left (they go on after it, where they stopped)
+        _keep_dead_runs(best, graph, budget_bytes, soft(), sim_s, left)
+        from .anytime import restart_moves
+
+        moves = restart_moves()
+        half = None if hard_deadline is None else time.perf_counter() + 0.5 * max(0.0, hard_deadline - time.perf_counter())
+        _anytime(best, graph, budget_bytes, half, stop=settled, moves=moves)
         for name in LARGE_GRAPH_METHODS:
             remaining = left()
             if name not in _METHODS or (remaining is not None and remaining <= 0.1):
@@ -600,13 +614,12 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
                 continue
             if res is not None:
                 best.offer(name, res)
-        _keep_dead_runs(best, graph, budget_bytes, soft(), sim_s, left)
 
     if path == "large":
         _dtr_rescue(best, graph, budget_bytes, left)
         if best.result is None:
             _min_peak(best, graph, budget_bytes, deadline)
-        _anytime(best, graph, budget_bytes, deadline, stop=settled)
+        _anytime(best, graph, budget_bytes, deadline, stop=settled, moves=moves)
     _polish(best, graph, budget_bytes, deadline, sim_s)
     stats: dict[str, Any] = {"path": path, "tried": best.tried, "chosen": best.method,
                              "estimated_nonzeros": estimate_milp_size(graph).nonzeros}
