@@ -27,16 +27,34 @@ import numpy as np
 from ..graph import Graph
 from ..plan import Compute, ExecutionPlan, Free, make_plan, replay
 from ..schedule import Schedule
-from ..simulate import simulate
 from .plan import HostPlan, Offload, Prefetch, Wait
 from .simulate import cost_per_second, validate_bandwidth
 
-__all__ = ["offload_to_budget", "offload_all_plan"]
+__all__ = ["offload_to_budget", "offload_all_plan", "checkpoint_all"]
 
 #: Candidates scored per step of :func:`offload_to_budget` (the largest values that could leave the device there).
 MAX_CANDIDATES = 64
 #: Weight of a copy's own length in a candidate's score: fewer bytes on the copy stream leave room for others.
 COPY_WEIGHT = 0.05
+
+
+# the checkpoint-all plan of the last few graphs (a pure function of the immutable graph; planning a
+# 5,000-node graph takes seconds, and every solve_offload call starts from it)
+_CHECKPOINT_ALL: dict[int, tuple[Graph, Schedule, ExecutionPlan]] = {}
+_CACHE_SIZE = 4
+
+
+def checkpoint_all(graph: Graph) -> tuple[Schedule, ExecutionPlan]:
+    """Checkpoint-all's schedule and hoisted execution plan (cached for the last few graphs)."""
+    hit = _CHECKPOINT_ALL.get(id(graph))
+    if hit is not None and hit[0] is graph:
+        return hit[1], hit[2]
+    sched = Schedule.checkpoint_all(graph)
+    plan = make_plan(graph, sched, hoist=True)
+    if len(_CHECKPOINT_ALL) >= _CACHE_SIZE:
+        _CHECKPOINT_ALL.pop(next(iter(_CHECKPOINT_ALL)))
+    _CHECKPOINT_ALL[id(graph)] = (graph, sched, plan)
+    return sched, plan
 
 
 def _base_plan(graph: Graph, base: Any) -> ExecutionPlan:
@@ -197,9 +215,7 @@ def offload_all_plan(graph: Graph) -> HostPlan:
     """
     if not isinstance(graph, Graph):
         raise TypeError(f"`graph` must be a remat_core.Graph; got {type(graph).__name__}")
-    sched = Schedule.checkpoint_all(graph)
-    simulate(graph, sched, timeline=False)
-    plan = make_plan(graph, sched, hoist=True)
+    _, plan = checkpoint_all(graph)
     bwd = graph.is_backward
     users = graph.users
     saved = {k for k in range(graph.n) if not bwd[k] and any(bwd[u] for u in users[k])}

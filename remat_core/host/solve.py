@@ -31,10 +31,11 @@ from typing import Any
 from ..chain import is_chain
 from ..errors import ScheduleVerificationError
 from ..graph import Graph
+from ..plan import ExecutionPlan
 from ..schedule import RematResult, Schedule, SolveStatus
 from ..simulate import checkpoint_all_peak_bytes
 from .dtr import dtr_swap_plan
-from .greedy import offload_all_plan, offload_to_budget
+from .greedy import checkpoint_all, offload_all_plan, offload_to_budget
 from .plan import HostPlan
 from .pofo import pofo_plan, pofo_solve
 from .simulate import HostSimulation, simulate_host, validate_bandwidth
@@ -104,9 +105,9 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
     base_budgets : int
         How many remat plans the joint search starts from (budgets spaced
         geometrically from ``budget_bytes`` to checkpoint-all's peak).
-    bases : sequence of Schedule, optional
-        Remat schedules to start from instead of solving for them (a sweep
-        reuses its plans this way); checkpoint-all is always added.
+    bases : sequence of Schedule or ExecutionPlan, optional
+        Remat plans to start from instead of solving for them (a sweep reuses
+        its plans this way); checkpoint-all is always added.
     **options
         Passed to the remat method; a ``time_limit_s`` is shared among the
         ``base_budgets`` solves.
@@ -159,9 +160,13 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
         starts: list[tuple[str, Schedule]] = []
         if bases is not None:
             for i, sched in enumerate(bases):
-                if not isinstance(sched, Schedule) or sched.n != graph.n:
-                    raise TypeError(f"`bases` must hold Schedules of this graph; entry {i} is {sched!r}")
-                starts.append((f"base {i}", sched))
+                if isinstance(sched, ExecutionPlan) and sched.num_nodes == graph.n:
+                    starts.append((f"base {i}", sched))
+                elif isinstance(sched, Schedule) and sched.n == graph.n:
+                    starts.append((f"base {i}", sched))
+                else:
+                    raise TypeError(f"`bases` must hold Schedules or ExecutionPlans of this graph; entry {i} is "
+                                    f"{sched!r}")
         else:
             top = checkpoint_all_peak_bytes(graph)
             ladder = sorted({int(budget * (top / budget) ** (i / base_budgets)) for i in range(base_budgets)}
@@ -173,12 +178,14 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
                 res = remat_solve(graph, b, method=method, **opts)
                 if res.success:
                     starts.append((f"{method} at {b} bytes", res.schedule))
-        starts.append(("checkpoint-all", Schedule.checkpoint_all(graph)))
+        ck_sched, ck_plan = checkpoint_all(graph)
+        starts.append(("checkpoint-all", ck_sched))
         for name, sched in starts:
-            plan = offload_to_budget(graph, sched, budget, bw, cost_per_s)
+            plan = offload_to_budget(graph, ck_plan if sched is ck_sched else sched, budget, bw, cost_per_s)
             if plan is not None:
-                cands.append((name + (" + offload" if plan.num_offloads else ""), plan, sched))
-        cands.append(("offload-all", offload_all_plan(graph), Schedule.checkpoint_all(graph)))
+                cands.append((name + (" + offload" if plan.num_offloads else ""), plan,
+                              sched if isinstance(sched, Schedule) else None))
+        cands.append(("offload-all", offload_all_plan(graph), ck_sched))
         if graph.n <= DTR_SWAP_MAX_NODES:
             plan = dtr_swap_plan(graph, budget, bw, cost_per_s)
             if plan is not None:
