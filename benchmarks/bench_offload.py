@@ -1,0 +1,260 @@
+"""Remat alone, offloading alone and both, simulated with a 16 and a 32 GB/s host link (issue 38).
+
+For each graph (four Keras zoo models at a fixed batch, and the eight shared
+DTR graphs) and each budget (a fraction of activation memory), three plans,
+each judged by :func:`remat_core.host.simulate_host` (time = compute + the
+stalls where a copy is not hidden; copies of ``bytes / bandwidth`` seconds on
+one copy stream):
+
+* **remat alone**: ``dtr`` (the simulated DTR heuristic; within 0.5 % of
+  ``lp-rounding`` on the zoo models at 0.5 and fast on the 5,000-node graphs);
+* **offload alone**: ``save_on_cpu``'s plan (every value saved for the backward
+  copied to the host when it is computed and back before its first backward
+  reader, both synchronously): one device peak, one time per bandwidth;
+* **joint**: :func:`remat_core.host.solve_offload` — the remat plans of the
+  sweep at this budget and the next three above it, and checkpoint-all, each
+  with offloads added until it fits, ``save_on_cpu``'s plan, and DTR with
+  swapping on graphs of at most 600 nodes; the fastest one that fits.
+
+Costs are reported as time / (the cost of computing every node once). FLOP
+graphs run at ``remat_core.host.DEFAULT_FLOPS_PER_S`` (20 TFLOP/s); the DTR
+graphs' costs are measured nanoseconds.
+
+Then the largest batch of each zoo model whose plan fits 16 GB (parameters,
+gradients and the input batch included) at a time of at most one extra
+forward pass (Checkmate's eq. 10), for each of the three.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_offload.py            # everything (about 10 minutes on 2 loaded cores)
+    .venv/bin/python benchmarks/bench_offload.py --quick    # the zoo models only, fewer budgets
+    .venv/bin/python benchmarks/bench_offload.py --report-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+import _report  # noqa: E402
+
+from remat_core import checkpoint_all_peak_bytes, load_dtr_dag, make_plan, solve  # noqa: E402
+from remat_core.batch import batch_size_upper_bound, forward_pass_cost_cap  # noqa: E402
+from remat_core.host import offload_all_plan, simulate_host, solve_offload  # noqa: E402
+from remat_core.units import min_budget_bytes  # noqa: E402
+from remat_core.zoo import zoo_graph  # noqa: E402
+
+ZOO = [("VGG19", "keras_vgg19", 32), ("U-Net", "keras_unet", 8), ("MobileNet", "keras_mobilenet", 64),
+       ("ResNet50", "keras_resnet50", 32)]
+# budgets: the smallest any plan can have (a node's inputs, output and workspace with the fixed bytes) plus these
+# shares of the way up to checkpoint-all's peak
+SPANS = [1.0, 0.8, 0.6, 0.4, 0.3, 0.2, 0.1, 0.05, 0.02, 0.0]
+QUICK_SPANS = [1.0, 0.6, 0.3, 0.1, 0.0]
+BANDWIDTHS = [16e9, 32e9]
+REMAT = "dtr"
+MAX_BASES = 4
+BATCH_BUDGET = 16 * 10 ** 9
+SECTION = "offload"
+
+
+def sweep_graph(label: str, g, spans) -> dict:
+    compute = float(g.cost.sum())
+    top = checkpoint_all_peak_bytes(g)
+    floor = min_budget_bytes(g)[0]
+    budgets = [floor + int(s * (top - floor)) for s in spans]
+    fracs = [(b - g.fixed_bytes) / (top - g.fixed_bytes) for b in budgets]
+    t0 = time.perf_counter()
+    remat = [solve(g, b, method=REMAT) for b in budgets]
+    plans = [make_plan(g, r.schedule) if r.success else None for r in remat]   # planned once, used by every cell
+    offall = offload_all_plan(g)
+    rows = []
+    for bw in BANDWIDTHS:
+        off = simulate_host(g, offall, bw)
+        for i, (sp, f, b) in enumerate(zip(spans, fracs, budgets)):
+            # the remat plans at this budget and the next few above it (further ones need more offloading)
+            bases = [p for p, bb in sorted(zip(plans, budgets), key=lambda x: x[1])
+                     if p is not None and bb >= b][:MAX_BASES]
+            joint = solve_offload(g, b, method=REMAT, host_bandwidth=bw, bases=bases)
+            rows.append({
+                "graph": label, "n": g.n, "bandwidth": bw, "span": sp, "fraction": f, "budget_bytes": b,
+                "remat": remat[i].objective / compute if remat[i].success else None,
+                "offload_all": off.time / compute if off.peak_device_bytes <= b else None,
+                "offload_all_peak_fraction": (off.peak_device_bytes - g.fixed_bytes) / (top - g.fixed_bytes),
+                "joint": joint.objective / compute if joint.success else None,
+                "joint_plan": joint.stats.get("plan"),
+                "joint_stall": joint.stats.get("stall", 0.0) / compute if joint.success else None,
+                "joint_recomputations": joint.stats.get("recomputations"),
+                "joint_offloaded_values": joint.stats.get("offloaded_values"),
+                "joint_peak_host_bytes": joint.peak_host_bytes,
+            })
+    print(f"{label}: {g.n} nodes, {time.perf_counter() - t0:.1f} s", flush=True)
+    return {"rows": rows}
+
+
+def max_batches(name: str, key: str, bw: float) -> dict:
+    """Largest batch within 16 GB at a time of at most one extra forward pass, for the three plans."""
+    def fn(b):
+        return zoo_graph(key, batch_size=b)
+
+    ceiling = batch_size_upper_bound(fn, BATCH_BUDGET)
+
+    def remat_fits(b):
+        g = fn(b)
+        r = solve(g, BATCH_BUDGET, method=REMAT)
+        return r.success and r.objective <= forward_pass_cost_cap(g)
+
+    def offload_fits(b):
+        g = fn(b)
+        s = simulate_host(g, offload_all_plan(g), bw)
+        return s.peak_device_bytes <= BATCH_BUDGET and s.time <= forward_pass_cost_cap(g)
+
+    def joint_fits(b):
+        g = fn(b)
+        r = solve_offload(g, BATCH_BUDGET, method=REMAT, host_bandwidth=bw)
+        return r.success and r.objective <= forward_pass_cost_cap(g)
+
+    out = {"model": name, "bandwidth": bw, "ceiling": ceiling}
+    for label, fits in (("remat", remat_fits), ("offload_all", offload_fits), ("joint", joint_fits)):
+        out[label] = _largest(fits, ceiling)
+    print(f"max batch {name} at {bw / 1e9:g} GB/s: {out}", flush=True)
+    return out
+
+
+def _largest(passes, ceiling: int) -> int:
+    lo, hi, b = 0, None, 1
+    while hi is None:
+        if not passes(b):
+            hi = b
+        elif b >= ceiling:
+            return b
+        else:
+            lo, b = b, min(2 * b, ceiling)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if passes(mid) else (lo, mid)
+    return lo
+
+
+def render(rows: list, meta: dict) -> str:
+    def cell(x):
+        return "—" if x is None else f"{x:.3f}"
+
+    lines = [
+        "## offload",
+        "",
+        "Remat alone, offloading alone (`save_on_cpu`'s plan) and the joint plan of `remat_core.host`, simulated "
+        "(`remat_core.host.simulate_host`: one copy stream overlapping compute, copies of bytes / bandwidth). "
+        "Cost = simulated time / cost of computing every node once; — = no plan fits. "
+        f"Remat is `{REMAT}`; FLOP graphs run at 20 TFLOP/s. No GPU was used: every number "
+        "is simulated.",
+        "",
+        f"Command: `{meta['command']}`; {meta['machine']}; {meta['elapsed_s']:.0f} s.",
+        "",
+        "![cost against budget](results/offload.png)",
+        "",
+    ]
+    for bw in BANDWIDTHS:
+        sub = [r for r in rows if r["bandwidth"] == bw]
+        sp = sorted({r["span"] for r in sub}, reverse=True)
+        graphs = list(dict.fromkeys(r["graph"] for r in sub))
+        lines += [f"### {bw / 1e9:g} GB/s: remat / save_on_cpu / **joint**", "",
+                  "Columns: budget = floor + s x (checkpoint-all peak - floor), where the floor is the smallest "
+                  "budget any plan can have (the largest node's inputs, output and workspace with the fixed bytes); "
+                  "the budget as a fraction of activation memory is in each cell's second line.", ""]
+        table = []
+        for gname in graphs:
+            bys = {r["span"]: r for r in sub if r["graph"] == gname}
+            table.append([gname] + [f"{cell(bys[x]['remat'])} / {cell(bys[x]['offload_all'])} / "
+                                    f"**{cell(bys[x]['joint'])}**<br>({bys[x]['fraction']:.2f})" for x in sp])
+        lines += [_report.table(["graph"] + [f"s={x:g}" for x in sp], table), ""]
+        worse = [r for r in sub if r["joint"] is not None and any(
+            r[k] is not None and r["joint"] > r[k] + 1e-9 for k in ("remat", "offload_all"))]
+        only = [r for r in sub if r["joint"] is not None and r["remat"] is None and r["offload_all"] is None]
+        better = [r for r in sub if r["joint"] is not None and all(
+            r[k] is None or r["joint"] < r[k] - 1e-9 for k in ("remat", "offload_all"))]
+        lines += [f"Joint above the better of the two: {len(worse)} of {len(sub)} cells. Joint strictly below "
+                  f"both (or the only plan): {len(better)} cells, of which {len(only)} where neither alone fits.",
+                  ""]
+    mb = meta.get("max_batch") or []
+    if mb:
+        lines += ["### Maximum batch at 16 GB (time at most one extra forward pass)", "",
+                  _report.table(["model", "GB/s", "remat alone", "save_on_cpu", "joint", "ceiling (largest node alone)"],
+                                [[m["model"], f"{m['bandwidth'] / 1e9:g}", m["remat"], m["offload_all"], m["joint"],
+                                  m["ceiling"]] for m in mb]), ""]
+    lines += ["What the joint plan is at each cell (`joint_plan`), its stalls, recomputations, offloaded values "
+              "and host peak are in `results/offload.json`."]
+    return "\n".join(lines)
+
+
+def plot(rows: list, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    graphs = list(dict.fromkeys(r["graph"] for r in rows))
+    cols = 4
+    fig, axes = plt.subplots(math.ceil(len(graphs) / cols), cols, figsize=(16, 3.4 * math.ceil(len(graphs) / cols)),
+                             squeeze=False)
+    for ax, gname in zip(axes.flat, graphs):
+        for bw, color in zip(BANDWIDTHS, ("tab:blue", "tab:green")):
+            sub = sorted((r for r in rows if r["graph"] == gname and r["bandwidth"] == bw), key=lambda r: r["fraction"])
+            xs = [r["fraction"] for r in sub]
+            if bw == BANDWIDTHS[0]:
+                ax.plot(xs, [r["remat"] for r in sub], "k.-", label=f"remat alone ({REMAT})")
+            off = sub[0]
+            ax.plot(xs, [r["offload_all"] for r in sub], "s--", color=color, alpha=0.5, ms=3,
+                    label=f"save_on_cpu {bw / 1e9:g} GB/s")
+            ax.axvline(off["offload_all_peak_fraction"], color=color, alpha=0.2, lw=1)
+            ax.plot(xs, [r["joint"] for r in sub], "o-", color=color, ms=3, label=f"joint {bw / 1e9:g} GB/s")
+        ax.set_title(gname, fontsize=9)
+        ax.set_xlabel("budget (fraction of activation memory)", fontsize=7)
+        ax.set_ylabel("time / compute", fontsize=7)
+        ax.set_yscale("log")
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(graphs):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=6)
+    fig.suptitle("Simulated time against device budget: remat alone, save_on_cpu, joint (vertical line: "
+                 "save_on_cpu's peak)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="zoo models only, five budgets, no max batch")
+    ap.add_argument("--report-only", action="store_true", help="rewrite the README section from the saved results")
+    ap.add_argument("--no-max-batch", action="store_true", help="skip the maximum batch search")
+    args = ap.parse_args()
+    if args.report_only:
+        _report.rewrite_section_from_results("offload", SECTION, render)
+        return
+    start = time.perf_counter()
+    spans = QUICK_SPANS if args.quick else SPANS
+    rows = []
+    for label, key, batch in ZOO:
+        rows += sweep_graph(f"{label} (b={batch})", zoo_graph(key, batch_size=batch), spans)["rows"]
+    if not args.quick:
+        for name in _report.DTR_GRAPHS:
+            rows += sweep_graph(name, load_dtr_dag(_report.dtr_graph_path(name)), spans)["rows"]
+    mb = []
+    if not (args.quick or args.no_max_batch):
+        mb = [max_batches(label, key, bw) for label, key, _ in ZOO for bw in BANDWIDTHS]
+    meta = {"command": _report.command_line(), "machine": _report.machine_line(),
+            "elapsed_s": time.perf_counter() - start, "max_batch": mb}
+    _report.save_json("offload", {"meta": meta, "rows": rows})
+    plot(rows, os.path.join(_report.RESULTS, "offload.png"))
+    _report.write_section(SECTION, render(rows, meta))
+
+
+if __name__ == "__main__":
+    main()
