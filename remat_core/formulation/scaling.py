@@ -36,7 +36,7 @@ def cost_scale(graph: Graph) -> float:
     >>> from remat_core.zoo import linear_graph
     >>> g = linear_graph(3)
     >>> s = cost_scale(g.replace(cost=g.cost * 1e18))
-    >>> cost_scale(g), math.log2(s).is_integer(), 2**10 <= (g.cost * 1e18).max() / s < 2**11
+    >>> cost_scale(g), math.log2(s).is_integer(), bool(2**10 <= (g.cost * 1e18).max() / s < 2**11)
     (1.0, True, True)
     """
     top = float(graph.cost.max()) if graph.n else 0.0
