@@ -51,10 +51,15 @@ def run(size: dict, timeout_s: float) -> dict:
                                 stderr=subprocess.STDOUT, start_new_session=True)
         try:
             text, _ = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        except BaseException as exc:  # a timeout or Ctrl-C: the ranks are in their own session, kill them all
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             proc.communicate()
-            raise SystemExit(f"the ranks did not finish in {timeout_s} s")
+            if isinstance(exc, subprocess.TimeoutExpired):
+                raise SystemExit(f"the ranks did not finish in {timeout_s} s") from None
+            raise
         if proc.returncode != 0:
             raise SystemExit(text.decode(errors="replace")[-4000:])
         recs = {s: [json.load(open(os.path.join(out, f"{s}-rank{r}.json"))) for r in range(2)]

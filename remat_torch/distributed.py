@@ -121,11 +121,11 @@ def _plan_budget(model, budget: Any, strategy: str | None, world_size: int) -> A
     """The plan's budget for a per-device ``budget``: bytes less the wrapper's overhead; a fraction as is."""
     if strategy is None or budget is None:
         return budget
-    from remat_core.units import _as_fraction, format_bytes, parse_bytes
+    from remat_core.units import _as_fraction, _whole_bytes, format_bytes, parse_bytes
 
-    if _as_fraction(budget) is not None:
+    if _as_fraction(budget, "budget") is not None:
         return budget
-    total = parse_bytes(budget, "budget")
+    total = parse_bytes(_whole_bytes(budget), "budget")
     overhead = comm_overhead_bytes(model, strategy, world_size)
     if total <= overhead:
         raise ValueError(f"`budget` {format_bytes(total)} per device does not even hold what {strategy} keeps on "

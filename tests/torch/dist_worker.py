@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import gc
 import json
 import os
 import sys
@@ -155,6 +156,10 @@ def run_wrapped(rank, world, scenario, out_dir):
     ref = wrap(plain)
     with AllocatorMeter() as built:  # DDP's gradient buckets; FSDP2's shards (counted below as parameters)
         ours = wrap(rm)
+        # DDP broadcasts rank 0's parameters while it is built; the receiving rank's temporary buffers must be
+        # released inside the measurement, or they count as held (seen once on a loaded machine: rank 1 only)
+        gc.collect()
+        dist.barrier()
     resident = _resident_bytes([_local(p) for p in ours.parameters()] + list(ours.buffers()) + [ids, labels])
     if scenario == "ddp":
         resident += built.net_bytes

@@ -35,6 +35,15 @@ TIMEOUT_S = 600  # a loaded 2-core machine: the four scenarios take about a minu
 SLACK_BYTES = 4096  # scalar temporaries outside the graph (the loss's), as in test_torch_memory
 
 
+def _kill(proc):
+    """Kill the worker and the ranks it spawned (one session), and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.communicate()
+
+
 def _run_ranks(scenarios, out_dir):
     """Run ``dist_worker.py`` for ``scenarios``; the per-rank records by scenario."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
@@ -44,9 +53,11 @@ def _run_ranks(scenarios, out_dir):
     try:
         out, _ = proc.communicate(timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the spawned ranks are in the same session
-        proc.communicate()
+        _kill(proc)
         pytest.fail(f"the two ranks did not finish in {TIMEOUT_S} s")
+    except BaseException:  # Ctrl-C: the ranks are in their own session and would not get it
+        _kill(proc)
+        raise
     text = out.decode(errors="replace")
     assert proc.returncode == 0, text[-4000:]
     recs = {}
