@@ -18,7 +18,7 @@ import torch  # noqa: E402
 
 __all__ = ["MODELS", "LossWrapper", "make_model"]
 
-MODELS = ("gpt2", "bert", "llama", "vit")
+MODELS = ("gpt2", "bert", "llama", "qwen2", "vit", "t5")
 
 
 class LossWrapper(torch.nn.Module):
@@ -34,10 +34,14 @@ class LossWrapper(torch.nn.Module):
 
 
 def make_model(name: str, layers: int = 2, hidden: int = 128, seq: int = 128, batch: int = 8,
-               vocab: int = 1024, heads: int | None = None, seed: int = 0):
+               vocab: int = 1024, heads: int | None = None, seed: int = 0, dropout: bool = True):
     """``(wrapper, inputs)``: model ``name`` with ``layers`` layers of width ``hidden`` on ``batch`` x ``seq``
-    inputs (ViT: ``seq`` patches of 8x8 pixels), in training mode, eager attention, dropout as configured by
-    the model's defaults (GPT-2, BERT, ViT: 0.1; Llama: none)."""
+    inputs (ViT: ``seq`` patches of 8x8 pixels; T5: ``seq`` encoder and ``seq // 2`` decoder tokens), in
+    training mode, eager attention, dropout as configured by the model's defaults (GPT-2, BERT, ViT, T5: 0.1;
+    Llama, Qwen2: none) or off with ``dropout=False``.
+
+    The loss type is set on the model (``model.loss_type``): transformers 5 ignores ``config.loss_type``, and
+    without it GPT-2 logs a warning inside a compiled graph, which breaks the graph."""
     import transformers as tr
 
     heads = heads or max(1, hidden // 64)
@@ -47,7 +51,6 @@ def make_model(name: str, layers: int = 2, hidden: int = 128, seq: int = 128, ba
     if name == "gpt2":
         cfg = tr.GPT2Config(vocab_size=vocab, n_embd=hidden, n_layer=layers, n_head=heads, n_positions=seq,
                             use_cache=False, bos_token_id=0, eos_token_id=0, **common)
-        cfg.loss_type = "ForCausalLM"
         hf, key = tr.GPT2LMHeadModel(cfg), "input_ids"
         x = torch.randint(0, vocab, (batch, seq), generator=g)
         labels = x.clone()
@@ -64,6 +67,20 @@ def make_model(name: str, layers: int = 2, hidden: int = 128, seq: int = 128, ba
         hf, key = tr.LlamaForCausalLM(cfg), "input_ids"
         x = torch.randint(0, vocab, (batch, seq), generator=g)
         labels = x.clone()
+    elif name == "qwen2":
+        cfg = tr.Qwen2Config(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                             num_key_value_heads=heads, intermediate_size=int(8 * hidden / 3) // 16 * 16,
+                             max_position_embeddings=seq, use_cache=False, **common)
+        hf, key = tr.Qwen2ForCausalLM(cfg), "input_ids"
+        x = torch.randint(0, vocab, (batch, seq), generator=g)
+        labels = x.clone()
+    elif name == "t5":
+        cfg = tr.T5Config(vocab_size=vocab, d_model=hidden, d_kv=hidden // heads, num_heads=heads, d_ff=4 * hidden,
+                          num_layers=layers, num_decoder_layers=layers, decoder_start_token_id=0, pad_token_id=0,
+                          eos_token_id=1, use_cache=False, **common)
+        hf, key = tr.T5ForConditionalGeneration(cfg), "input_ids"
+        x = torch.randint(2, vocab, (batch, seq), generator=g)
+        labels = torch.randint(2, vocab, (batch, max(1, seq // 2)), generator=g)
     elif name == "vit":
         side = int(round(seq ** 0.5)) * 8
         cfg = tr.ViTConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
@@ -74,6 +91,12 @@ def make_model(name: str, layers: int = 2, hidden: int = 128, seq: int = 128, ba
         labels = torch.randint(0, 10, (batch,), generator=g)
     else:
         raise KeyError(f"unknown model {name!r}; one of {MODELS}")
+    if name in ("gpt2", "llama", "qwen2"):
+        hf.loss_type = "ForCausalLM"
+    if not dropout:
+        for m in hf.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = 0.0
     model = LossWrapper(hf, key)
     model.train()
     return model, (x, labels)
