@@ -329,9 +329,24 @@ def run_trainer(rank, world, out_dir):
     _write(out_dir, "trainer", rank, rec)
 
 
+def _die_with_parent():
+    """Ask Linux to kill this process when its parent dies (``PR_SET_PDEATHSIG``), so that no rank outlives
+    the test or benchmark that started it, however that one ends; elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _entry(rank, world, scenario, out_dir, port):
     import torch.distributed as dist
 
+    _die_with_parent()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -364,6 +379,7 @@ def _free_port():
 
 
 def main(argv):
+    _die_with_parent()
     scenario, out_dir = argv[1], argv[2]
     world = 2
     torch.multiprocessing.spawn(_entry, args=(world, scenario, out_dir, _free_port()), nprocs=world, join=True)
