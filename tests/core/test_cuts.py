@@ -169,7 +169,7 @@ def test_separation_rounds_keep_their_time_limit():
     sf = build_milp(g, 87, "strong")
     t0 = time.perf_counter()
     out, bound, stats = _strengthen(sf, "highs", 1, 0.02)
-    assert time.perf_counter() - t0 < 2.0
+    assert time.perf_counter() - t0 < 10.0   # a hang guard (load-proof): 500 times the limit
     assert bound is None or stats["rounds"] <= 1
     full, full_bound, full_stats = _strengthen(sf, "highs", 1, None)
     assert full_stats["rounds"] >= 2 and full_bound > full_stats["lp_bound_before"] + 1

@@ -129,7 +129,7 @@ def test_never_worse_than_lp_rounding_under_a_time_limit():
     # otherwise (a slow or loaded machine) there is honestly no schedule, since no heuristic fits here
     t0 = time.perf_counter()
     quick = solve(g, budget, method="ilp", time_limit_s=0.5)
-    assert time.perf_counter() - t0 < 5.0
+    assert time.perf_counter() - t0 < 20.0   # a hang guard that load cannot reach; overruns: bench_time_limits.py
     if quick.success:
         assert quick.peak_memory_bytes <= budget
         assert heuristics is None or quick.objective <= heuristics
@@ -268,14 +268,16 @@ def test_time_limit_is_kept_on_a_graph_whose_lp_is_slow():
     res = solve(g, budget, method="ilp", time_limit_s=4.0, threads=1)
     elapsed = time.perf_counter() - t0
     assert res.status is SolveStatus.FEASIBLE and res.peak_memory_bytes <= budget
-    assert elapsed <= 1.1 * 4.0, elapsed
+    # the 10% slack is a wall-clock figure that load changes (issue 36: tests assert only what load cannot);
+    # benchmarks/bench_time_limits.py measures it. Here: the call ends near its limit, not after the solve
+    assert elapsed < 4.0 + 10.0, elapsed
     t0 = time.perf_counter()
     res = solve(g, budget, method="lp-rounding", time_limit_s=2.0)
     elapsed = time.perf_counter() - t0
     assert res.status in (SolveStatus.NO_SOLUTION, SolveStatus.FEASIBLE, SolveStatus.OPTIMAL)
     if res.status is SolveStatus.NO_SOLUTION:
         assert "time limit" in res.message
-    assert elapsed <= 1.1 * 2.0, elapsed
+    assert elapsed < 2.0 + 10.0, elapsed
 
 
 def _no_start_but_lp_rounding(monkeypatch):
@@ -428,7 +430,7 @@ def test_rens_improves_the_start_within_budget_and_time():
         assert cost <= start.objective
         t0 = time.perf_counter()
         ilp._rens(g, sf, x, budget, 0.01, 1)
-        assert time.perf_counter() - t0 < 2.0
+        assert time.perf_counter() - t0 < 10.0   # a hang guard that load cannot reach
 
 
 def test_the_root_bound_proves_the_rounded_root_point_without_a_search():

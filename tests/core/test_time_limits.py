@@ -42,13 +42,12 @@ def test_lp_rounding_stops_its_local_search_at_the_time_limit():
     # at 0.7 the local search alone runs about 1.4 s here (11,740 evaluations) without a limit
     g = random_training_graph(8, 3, seed=1)
     budget = resolve_budget(g, 0.7)
-    solve(g, budget, method="lp-rounding", time_limit_s=0.05)   # imports and first calls out of the timing
-    t0 = time.perf_counter()
+    # what load cannot change: the search stopped because of the limit, short of its own end (issue 36: a
+    # bound on the seconds it took failed with two busy loops beside it; the overrun is measured in
+    # benchmarks/bench_time_limits.py)
     res = solve(g, budget, method="lp-rounding", time_limit_s=0.5)
-    elapsed = time.perf_counter() - t0
     assert res.stats["stopped"] == "time limit", res.stats
     assert res.stats["evaluations"] < 11740
-    assert elapsed <= 1.1 * 0.5 + 0.1, elapsed   # 0.1 s: one LP solve that starts just before the deadline
 
 
 def test_ilp_hands_a_short_limit_to_a_child():
@@ -60,7 +59,9 @@ def test_ilp_hands_a_short_limit_to_a_child():
     res = solve(g, 5, method="ilp", time_limit_s=1.0)
     elapsed = time.perf_counter() - t0
     assert res.stats.get("deadline_child") is True and res.success
-    assert elapsed <= 1.1 * 1.0, elapsed
+    # a hang guard only: the 10% slack is a wall-clock figure that load changes (issue 36), measured in
+    # benchmarks/bench_time_limits.py
+    assert elapsed < 30.0, elapsed
     res = solve(g, 5, method="ilp", time_limit_s=300)   # a long limit: in this process (it proves in seconds)
     assert "deadline_child" not in res.stats and res.status.value == "optimal"
 
