@@ -144,7 +144,7 @@ def rematerialize_shared(model, example_inputs=(), budget: Any = None, *, exampl
     graph's fingerprint is checked, so a plan never runs on a graph it was
     not made for). Without an initialized process group it is
     :func:`~remat_torch.rematerialize`. The exchange uses
-    :func:`torch.distributed.all_gather_object`: with NCCL, set each rank's
+    ``torch.distributed.all_gather_object``: with NCCL, set each rank's
     device first (``torch.cuda.set_device(local_rank)``), as it requires.
 
     Parameters
