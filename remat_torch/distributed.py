@@ -9,7 +9,7 @@ each rank beyond what the plan's memory model counts (DDP's gradient buckets,
 FSDP2's sharded parameters and gradients), so that a budget in bytes means
 per-device bytes.
 
-This module imports torch, :mod:`torch.distributed` (inside the functions) and
+This module imports torch, ``torch.distributed`` (inside the functions) and
 :func:`remat_torch.api.rematerialize`; nothing in the adapter imports it.
 """
 
