@@ -71,7 +71,7 @@ class OffloadExecutor(Executor):
 
     Parameters
     ----------
-    extracted : ExtractedGraph
+    extracted : remat_torch.ExtractedGraph
     plan : remat_core.host.HostPlan
     host_bandwidth : float, optional
         For ``predicted_time`` from :func:`~remat_core.host.simulate_host`

@@ -93,7 +93,7 @@ def cost_per_second(graph: Graph, cost_per_s: float | None = None) -> float:
     """How many of the graph's cost units one second holds.
 
     From ``graph.meta["cost_unit"]``: ``"s"``, ``"ms"``, ``"us"``, ``"ns"``, or
-    ``"flop"`` (at :data:`DEFAULT_FLOPS_PER_S`). ``cost_per_s`` overrides it and
+    ``"flop"`` (at ``DEFAULT_FLOPS_PER_S``). ``cost_per_s`` overrides it and
     is required for any other unit.
 
     Raises
