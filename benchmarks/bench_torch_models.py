@@ -350,7 +350,8 @@ def render(all_rows, metas, args, notes):
             extra.append(f"{r['solver']}, plan {r['solve_s']:.1f} s, {r['recomputed']} recomputed nodes, "
                          f"predicted {r['predicted'] / MiB:.2f} MiB")
         if r["compile_s"]:
-            extra.append(f"first step {r['compile_s']:.0f} s" + (f", {r['graphs']} graph(s)" if r.get("graphs") else ""))
+            graphs = f", {r['graphs']} graph(s)" if r.get("graphs") else ""
+            extra.append(f"first step {r['compile_s']:.0f} s{graphs}")
         table.append([r["model"], r["method"], r["label"], r["peak"] / MiB, r["time_s"] * 1e3,
                       r["overhead_own"] if r["overhead_own"] is not None else "-", r["overhead_eager"],
                       "; ".join(extra)])

@@ -214,7 +214,7 @@ def _cost(node: fx.Node) -> float:
 
 # ---------------------------------------------------------------- memory model
 
-_TRACE = None
+_TRACE = None   # a list to record module_peak_bytes's kernels into (debugging), or None
 _WORKSPACE: dict = {}   # (op, argument signature) -> bytes an extern op allocates beyond its outputs
 
 
@@ -712,7 +712,8 @@ class RematPartitioner(_PartitionerBase):
             raise RematError(f"the chosen plan ({source}) peaks at {final.peak} bytes after finishing, over the "
                              f"budget of {budget_bytes} bytes (a bug)")
         self.last_saved = frozenset(n.name for n in saved)
-        plan = CompiledPlan(budget_bytes=promised, model_budget_bytes=budget_bytes, predicted_peak_bytes=final.peak, fixed_bytes=default.fixed,
+        plan = CompiledPlan(budget_bytes=promised, model_budget_bytes=budget_bytes, predicted_peak_bytes=final.peak,
+                            fixed_bytes=default.fixed,
                             default_peak_bytes=default.peak, saved_bytes=final.saved_bytes,
                             recompute_cost=final.cost, source=source, n_saved=final.n_saved,
                             n_recomputed=final.n_recomputed, plan_time_s=time.perf_counter() - start,
@@ -736,12 +737,11 @@ class RematPartitioner(_PartitionerBase):
 
     def _solve(self, joint, node_info, default: _Eval, budget_bytes: int, consider) -> None:
         """remat's solver on the joint graph; its saved set re-checked, the solver's budget tightened on excess."""
-        grads = set()
         out = next(n for n in reversed(joint.nodes) if n.op == "output")
         grads = {a for a in out.all_input_nodes if not node_info.is_required_fw(a)}
         graph, order = _joint_graph(joint, node_info, self.fused, default.fixed, grads)
         target = budget_bytes
-        deadline = time.perf_counter() + 4 * self.time_limit_s
+        deadline = time.perf_counter() + 2 * self.time_limit_s
         for attempt in range(6):
             if target <= graph.fixed_bytes:
                 return
