@@ -943,7 +943,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
-    parser = build_parser(plugins=True if command is None else [command])  # a core command loads no plugin
+    # a core command loads no plugin (the demo's imports torch); the top-level help lists them all
+    wants_help = command is None and any(a in ("-h", "--help") for a in argv)
+    parser = build_parser(plugins=True if wants_help else [command] if command else [])
     args, unknown = parser.parse_known_args(argv)
     if unknown and not getattr(args.fn, "takes_any_arguments", False):
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
