@@ -374,6 +374,8 @@ def main() -> None:
     ap.add_argument("--layered", action="store_true",
                     help="issue 37's grid (section scale-layered): random layered training graphs of 250 to 2,000 "
                          "nodes; --graphs/--fractions/--limits narrow it, --append adds to its results")
+    ap.add_argument("--references", action="store_true",
+                    help="ilp references on small graphs for docs/large_graphs.rst (results/scale_references.json)")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -398,6 +400,9 @@ def main() -> None:
         return
     if args.layered:
         layered_main(args)
+        return
+    if args.references:
+        references_main()
         return
     json_path = os.path.join(RESULTS, "scale.json")
     if args.report_only:
@@ -456,6 +461,39 @@ def main() -> None:
     save_json("scale", {"meta": meta, "rows": rows})
     plot(rows, os.path.join(RESULTS, "scale.png"))
     write_section("scale", render(rows, meta))
+
+
+#: Small graphs where ``ilp`` gives a reference for "how far from optimal" (docs/large_graphs.rst).
+REFERENCES = [(12, 7), (15, 7), (12, 8)]
+
+
+def references_main() -> None:
+    """At 0.5 and at the smallest found budget of small random training graphs: the relaxation's bound, auto
+    forced onto the large path (10 s) and ``ilp`` (200 s, its schedule and bound); results/scale_references.json."""
+    from remat_core import solve
+    from remat_core.bounds import cost_lower_bound
+    from remat_core.solvers.anytime import min_peak_schedules
+    from remat_core.units import budget_fraction, resolve_budget
+    from remat_core.zoo import random_training_graph
+
+    rows = []
+    for layers, seed in REFERENCES:
+        g = random_training_graph(layers, 3, seed=seed)
+        tot = float(g.cost.sum())
+        for budget in (min_peak_schedules(g, lambda name, res: None, 0), resolve_budget(g, 0.5)):
+            row = {"graph": f"layered-{layers}-s{seed}", "n": g.n, "fraction": budget_fraction(g, budget),
+                   "load": round(os.getloadavg()[0], 1),
+                   "relaxation": cost_lower_bound(g, budget, time_limit_s=20).value / tot}
+            a = solve(g, budget, method="auto", time_limit_s=10, memory_limit_bytes=10**6)
+            row["auto_large"] = a.objective and a.objective / tot
+            t0 = time.perf_counter()
+            r = solve(g, budget, method="ilp", time_limit_s=200)
+            row.update(ilp_status=r.status.value, ilp=r.objective and r.objective / tot,
+                       ilp_bound=r.lower_bound and r.lower_bound / tot, ilp_s=time.perf_counter() - t0)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            save_json("scale_references", {"meta": {"machine": machine_line(), "command": command_line()},
+                                           "rows": rows})
 
 
 def layered_main(args) -> None:
