@@ -39,7 +39,6 @@ import inspect
 import io
 import json
 import logging
-import math
 import os
 import re
 import sys
@@ -327,31 +326,22 @@ def _check_scheduler(scheduler: str | None, timeout_s: float = 5.0) -> None:
 
 
 # ------------------------------------------------------------------ output
-def _json_ready(value: Any) -> Any:
-    """``value`` with every non-finite float as the string ``"inf"``, ``"-inf"`` or ``"nan"``."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if value != value else "inf" if value > 0 else "-inf"
-    if isinstance(value, dict):
-        return {k: _json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_ready(v) for v in value]
-    return value
-
-
 def to_json(value: Any, indent: int | None = None) -> str:
-    """Strict JSON text for what the command prints or writes.
+    """Strict JSON text for what the command prints or writes (:mod:`remat_core._json`).
 
     Python's ``json`` writes ``Infinity`` and ``NaN``, which are not JSON (a
     sum of costs of 1e300 overflows to infinity); here a non-finite number is
     the string ``"inf"``, ``"-inf"`` or ``"nan"`` (``float()`` reads each
-    back), and any other value JSON lacks is its ``str``.
+    back).
 
     Examples
     --------
     >>> to_json({"objective": float("inf"), "gap": 0.5})
     '{"objective": "inf", "gap": 0.5}'
     """
-    return json.dumps(_json_ready(value), indent=indent, default=str, allow_nan=False)
+    from ._json import dumps
+
+    return dumps(value, indent)
 
 
 @contextlib.contextmanager

@@ -13,7 +13,8 @@ ratios). The solves are independent, so they run in parallel:
 * a ``distributed.Client``: used as is.
 
 With ``out=path``, every finished row is appended to a JSON-lines file as it
-arrives. Running the same sweep again with the same ``out`` reads the rows
+arrives (strict JSON: a non-finite number is the string ``"inf"``, read back as
+a float). Running the same sweep again with the same ``out`` reads the rows
 already there and solves only the missing ones, so an interrupted sweep
 resumes without recomputing (rows with status ``error`` are retried).
 """
@@ -32,6 +33,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from ._json import NON_FINITE, dumps
 from .graph import Graph
 from .simulate import checkpoint_all_peak_bytes
 from .solvers import get_method, solve, validate_budget
@@ -41,6 +43,8 @@ __all__ = ["sweep", "SweepResult", "load_sweep", "budget_grid", "graph_key", "ap
 log = logging.getLogger(__name__)
 
 _DONE_STATUSES = {"optimal", "feasible", "infeasible", "no_solution"}
+#: Row keys that hold text (never a number written as "inf")
+_TEXT_KEYS = {"graph", "method", "status", "message", "backend"}
 
 
 def graph_key(graph: Graph) -> str:
@@ -248,7 +252,7 @@ class SweepResult:
         tmp = f"{path}.tmp{os.getpid()}"
         with open(tmp, "w") as f:
             for r in self.rows:
-                f.write(json.dumps(r, default=str) + "\n")
+                f.write(dumps(r) + "\n")
         os.replace(tmp, path)
 
 
@@ -269,6 +273,9 @@ def load_sweep(path: str | os.PathLike) -> SweepResult:
             except json.JSONDecodeError:
                 log.warning("%s:%d: skipping a line that is not valid JSON (interrupted write?)", path, lineno)
                 continue
+            for k, v in r.items():   # numbers written as "inf"/"-inf"/"nan" (remat_core._json) read back
+                if isinstance(v, str) and v in NON_FINITE and k not in _TEXT_KEYS:
+                    r[k] = NON_FINITE[v]
             rows[_row_key(r["graph"], r["budget_bytes"], r["method"], r.get("options", {}))] = r
     return SweepResult(rows=list(rows.values()))
 
@@ -297,7 +304,7 @@ class _Writer:
 
     def write(self, row: dict[str, Any]) -> None:
         if self.f is not None:
-            self.f.write(json.dumps(row, default=str) + "\n")
+            self.f.write(dumps(row) + "\n")
             self.f.flush()
             os.fsync(self.f.fileno())
 

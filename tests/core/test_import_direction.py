@@ -20,7 +20,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2] / "remat_core"
 
 # bottom to top; see docs/architecture.rst
 LAYERS = [
-    {"errors", "_native_io", "kernels"},
+    {"errors", "_native_io", "kernels", "_json"},
     {"graph"},
     {"schedule", "chain", "zoo"},
     {"simulate"},

@@ -224,3 +224,20 @@ def test_rows_survive_a_round_trip(tmp_path):
     res.to_jsonl(tmp_path / "r.jsonl")
     back = load_sweep(tmp_path / "r.jsonl")
     assert back.rows == json.loads(json.dumps(res.rows))
+
+
+def test_a_sweep_file_is_strict_json_and_reads_non_finite_numbers_back(tmp_path):
+    # issue 36: Python's json wrote `Infinity` for an overflowing cost, which no strict parser reads
+    g = linear_graph(4)
+    huge = g.replace(cost=g.cost * 1e308)
+    out = tmp_path / "s.jsonl"
+    with np.errstate(over="ignore"):
+        res = sweep(huge, [6], ["checkpoint-all"], scheduler="serial", progress=False, out=out)
+    assert res.rows[0]["objective"] == math.inf
+
+    def refuse(name):
+        raise ValueError(name)
+
+    rows = [json.loads(line, parse_constant=refuse) for line in out.read_text().splitlines()]
+    assert rows[0]["objective"] == "inf"
+    assert load_sweep(out).rows[0]["objective"] == math.inf
