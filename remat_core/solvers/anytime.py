@@ -79,7 +79,7 @@ class Move:
 
 def restart_moves(n_seeds: int = 200) -> Iterator[Move]:
     """The restarts in the order :func:`improve` tries them: every heuristic and freeing rule at each budget
-    share of :data:`SCALES` (the largest first), then ``n_seeds`` seeds of the ``random`` heuristic.
+    share of ``SCALES`` (the largest first), then ``n_seeds`` seeds of the ``random`` heuristic.
 
     Examples
     --------
