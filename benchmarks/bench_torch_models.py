@@ -125,30 +125,27 @@ def hf_checkpointed(base, every_n: int):
     return m
 
 
-class _CheckedMinCut:
-    """compile's own partitioner (``activation_memory_budget`` as set), recording that it ran.
+from torch._inductor.custom_graph_pass import CustomPartitionerFn  # noqa: E402
+
+
+class CheckedMinCut(CustomPartitionerFn):
+    """compile's own partitioner (``activation_memory_budget`` as set), counting its calls.
 
     A partitioner object of its own gives each budget its own Inductor cache key, so no budget reuses another's
     compiled code (the benchmark's earlier GPT-2 rows all showed the first budget's peak)."""
 
-    def __new__(cls):
-        from torch._inductor.custom_graph_pass import CustomPartitionerFn
+    def __init__(self):
+        self.calls = 0
+        self.nonce = os.urandom(8).hex()
 
-        class CheckedMinCut(CustomPartitionerFn):
-            def __init__(self):
-                self.calls = 0
-                self.nonce = os.urandom(8).hex()
+    def __call__(self, gm, joint_inputs, **kwargs):
+        from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-            def __call__(self, gm, joint_inputs, **kwargs):
-                from torch._functorch.partitioners import min_cut_rematerialization_partition
+        self.calls += 1
+        return min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
 
-                self.calls += 1
-                return min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
-
-            def uuid(self):
-                return "checked-min-cut-" + self.nonce
-
-        return CheckedMinCut()
+    def uuid(self):
+        return "checked-min-cut-" + self.nonce
 
 
 def compiled(base, inputs, budget: float):
@@ -158,7 +155,7 @@ def compiled(base, inputs, budget: float):
 
     m = copy.deepcopy(base)
     torch._dynamo.reset()
-    part = _CheckedMinCut()
+    part = CheckedMinCut()
 
     def be(gm, example_inputs):
         return compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": part})
@@ -263,8 +260,8 @@ def run_model(name, args, log):
 
                 err = exc
                 while err is not None and not isinstance(err, CompiledBudgetError):
-                    err = err.__cause__
-                msg = str(err or exc).splitlines()[0][:300]
+                    err = getattr(err, "inner_exception", None) or err.__cause__
+                msg = " ".join(str(err or exc).split())[:600]
                 log(f"{name}: ours compiled @ {b}: {type(err or exc).__name__}: {msg}")
                 if err is not None and err.smallest_bytes and not isinstance(b, int):
                     budgets = [int(err.smallest_bytes * 1.02)]   # once more at the smallest found, then stop

@@ -788,7 +788,8 @@ def _fresh_compile_metrics(fresh: bool):
 
 
 def _measure_step(compiled: Callable, example_inputs) -> int | None:
-    """Peak bytes of one forward and backward of ``compiled`` on copies of ``example_inputs``.
+    """Peak bytes of one forward and backward of ``compiled`` on copies of ``example_inputs`` (after one
+    unmeasured step).
 
     Inputs are fresh tensors of the same shapes (random floats, zero
     integers), so nothing the caller owns is read or written. The backward
@@ -815,6 +816,7 @@ def _measure_step(compiled: Callable, example_inputs) -> int | None:
                 torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
 
         try:
+            step()      # the backward compiles lazily at its first call: not measured
             if cuda:
                 torch.cuda.synchronize()
                 base = torch.cuda.memory_allocated()
@@ -873,8 +875,8 @@ def backend(budget=0.5, *, method: str = "auto", time_limit_s: float = 5.0, indu
     config_patches : dict, optional
         More Inductor settings (``torch._inductor.config`` names).
     verify : bool
-        Run the compiled step once at compile time on random inputs of the
-        traced shapes (copies; the model is not touched) and measure its peak
+        Run the compiled step twice at compile time on random inputs of the
+        traced shapes (copies; the model is not touched) and measure the second's peak
         (CPU: the allocator meter; CUDA: ``max_memory_allocated``). Over
         budget, the partitioner plans again for proportionally less, up to
         three times. The measurement is ``plan.measured_peak_bytes``.
