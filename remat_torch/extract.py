@@ -1013,6 +1013,7 @@ def _group(joint, placeholders, outs, n_primals, granularity, block_names, untra
 
     groups: list[GroupSpec] = []
     grad_bytes: list[dict] = []  # per group: output index -> bytes, of its gradient outputs
+    out_bytes: list[list] = []  # per group: bytes of each output (non-fixed storages)
     out_lists: dict[int, list] = {}
     # outputs of each group: values read by other groups or returned by the joint graph
     for g in range(len(runs)):
@@ -1039,6 +1040,7 @@ def _group(joint, placeholders, outs, n_primals, granularity, block_names, untra
                     out_keys[k] = b
         mem = sum(out_keys.values())
         ws = _internal_peak(nodes, olist, value_keys, fixed_keys) - mem
+        out_bytes.append([sum(b for k, b in value_keys[n] if k not in fixed_keys) for n in olist])
         grad_bytes.append({i: sum(b for k, b in value_keys[olist[i]] if k not in fixed_keys)
                            for i, j in jouts if j >= first_grad})
         head = runs[g][0]
@@ -1052,7 +1054,9 @@ def _group(joint, placeholders, outs, n_primals, granularity, block_names, untra
     # translate ("node", group_id, out) with group ids -> graph positions
     for spec in groups:
         spec.inputs = [("node", rank[s[1]], s[2]) if s[0] == "node" else s for s in spec.inputs]
+    sizes = {spec.name: b for spec, b in zip(groups, out_bytes)}
     groups = _hold_gradients(groups, grad_bytes, first_grad)
+    groups = _hold_kept_outputs(groups, sizes)
     producers = [k for k, spec in enumerate(groups) if any(j >= first_grad for _, j in spec.joint_outputs)]
     if producers:
         groups.append(_gradients_node(len(groups), producers, groups))
@@ -1097,6 +1101,69 @@ def _identity_module(n: int):
     graph = fx.Graph()
     graph.output(tuple(graph.placeholder(f"in_{i}") for i in range(n)))
     return fx.GraphModule(torch.nn.Module(), graph)
+
+
+def _hold_kept_outputs(groups, out_bytes):
+    """Give the outputs of a forward node that the backward reads a holder node of their own, when the
+    node's other outputs are larger and only the forward reads them.
+
+    A node's outputs live and die together. ``_native_batch_norm_legit_functional``
+    returns the normalized tensor (read once, by the ReLU after it) with the
+    batch statistics (a few bytes, read by the backward): kept as one value,
+    the normalized tensor would stay to the backward, which eager autograd
+    never keeps. The holder (no ops) takes the small outputs, the backward
+    reads them from it, and the node is freed after its last forward reader.
+    The holder's bytes are counted again while both are live: a slight
+    overestimate. ``out_bytes`` maps a group's name to the bytes of each of
+    its outputs.
+    """
+    readers: dict[int, list] = {}  # group -> [(reader, input position, output index)]
+    for j, spec in enumerate(groups):
+        for p, src in enumerate(spec.inputs):
+            if src[0] == "node":
+                readers.setdefault(src[1], []).append((j, p, src[2]))
+    out: list = []
+    new_pos: dict[int, int] = {}
+    moved: dict[tuple, tuple] = {}  # (group, output index) -> (holder group in `out`, its output index)
+    extra_bytes: list = []
+    for k, spec in enumerate(groups):
+        new_pos[k] = len(out)
+        out.append(spec)
+        extra_bytes.append(None)
+        if spec.is_backward or not spec.ops or len(spec.outputs) < 2 or spec.name not in out_bytes:
+            continue
+        rs = readers.get(k, [])
+        held = sorted({i for j, _, i in rs if groups[j].is_backward})
+        joint = {i for i, _ in spec.joint_outputs}
+        rest = [i for i in range(len(spec.outputs)) if i not in held and i not in joint]
+        sizes = out_bytes[spec.name]
+        if not held or not rest or sum(sizes[i] for i in held) >= sum(sizes[i] for i in rest):
+            continue
+        h = len(out)
+        for n, i in enumerate(held):
+            moved[k, i] = (h, n)
+        out.append(GroupSpec(
+            name=f"{spec.name}:<kept>", fn=_identity_module(len(held)), inputs=[("node", k, i) for i in held],
+            outputs=[spec.outputs[i] for i in held],
+            # a joint output (a buffer update the backward reads) stays one on the holder too: fixed memory
+            joint_outputs=[(n, j) for n, i in enumerate(held) for oi, j in spec.joint_outputs if oi == i],
+            random=False, ops=(), scope=spec.scope, is_backward=False,
+            memory_bytes=int(sum(sizes[i] for i in held)), workspace_bytes=0))
+        extra_bytes.append(None)
+    for j, spec in enumerate(out):
+        if spec.name.endswith(":<kept>"):
+            spec.inputs = [("node", new_pos[s[1]], s[2]) for s in spec.inputs]
+            continue
+        new = []
+        for src in spec.inputs:
+            if src[0] != "node":
+                new.append(src)
+            elif spec.is_backward and (src[1], src[2]) in moved:
+                new.append(("node",) + moved[src[1], src[2]])
+            else:
+                new.append(("node", new_pos[src[1]], src[2]))
+        spec.inputs = new
+    return out
 
 
 def _hold_gradients(groups, grad_bytes, first_grad):
