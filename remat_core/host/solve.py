@@ -15,8 +15,9 @@
 and returns the fastest plan that fits, judged by
 :func:`~remat_core.host.simulate_host` (time = compute + stalls). So the
 joint plan is never slower than remat alone or offload alone at the same
-budget, when those fit. ``method="pofo"``, ``method="offload-all"`` and
-``method="dtr-swap"`` ask for one of them only. Without a bandwidth (``None`` or ``0``) nothing
+budget, when those fit. ``method="pofo"``, ``method="offload-all"``,
+``method="dtr-swap"`` and ``method="offload-milp"`` (:mod:`remat_core.host.milp`)
+ask for one of them only. Without a bandwidth (``None`` or ``0``) nothing
 changes: the call is :func:`remat_core.solve` without the host tier.
 """
 
@@ -45,7 +46,7 @@ __all__ = ["HostResult", "solve_offload", "HOST_METHODS"]
 log = logging.getLogger(__name__)
 
 #: Methods that exist only with a host tier; any other name is the remat method the joint plans start from.
-HOST_METHODS = ("pofo", "offload-all", "dtr-swap")
+HOST_METHODS = ("pofo", "offload-all", "dtr-swap", "offload-milp")
 #: The joint search also runs DTR with swapping on graphs up to this many nodes (it is a Python loop).
 DTR_SWAP_MAX_NODES = 600
 
@@ -95,7 +96,8 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
     budget_bytes : int
         Device bytes, fixed bytes included.
     method : str
-        ``"pofo"`` (chains), ``"offload-all"``, ``"dtr-swap"``, or a remat
+        ``"pofo"`` (chains), ``"offload-all"``, ``"dtr-swap"``,
+        ``"offload-milp"`` (small graphs; ``time_limit_s`` option), or a remat
         method (default ``"auto"``) whose plans the joint search starts from.
     host_bandwidth : float or str
         Bytes per second (``"16GB/s"``, ``16e9``, ``math.inf``); ``None`` or
@@ -156,6 +158,12 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
         plan = dtr_swap_plan(graph, budget, bw, cost_per_s)
         if plan is not None:
             cands.append(("dtr-swap", plan, None))
+    elif method == "offload-milp":
+        from .milp import offload_milp_plan
+
+        plan, info = offload_milp_plan(graph, budget, bw, cost_per_s, **options)
+        if plan is not None:
+            cands.append(("offload-milp", plan, None))
     else:
         starts: list[tuple[str, Schedule]] = []
         if bases is not None:
@@ -199,7 +207,7 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
         table.append({"plan": name, "time": sim.time, "peak_device_bytes": sim.peak_device_bytes,
                       "fits": sim.peak_device_bytes <= budget})
         if sim.peak_device_bytes > budget:
-            if name.startswith(("pofo", "offload-all", "dtr-swap")):
+            if name.startswith(("pofo", "offload-all", "dtr-swap", "offload-milp")):
                 continue   # these are not built for a budget: not fitting is an answer, not a bug
             raise ScheduleVerificationError(f"host plan {name!r} simulated at {sim.peak_device_bytes} bytes, over the "
                                             f"budget {budget} bytes")

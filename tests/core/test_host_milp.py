@@ -1,0 +1,46 @@
+"""The offloading MILP (small graphs): decoded plans fit, free copies replace recomputation, slow ones do not."""
+
+import math
+
+import pytest
+
+pytest.importorskip("scipy.optimize")
+
+from remat_core import checkpoint_all_peak_bytes, solve  # noqa: E402
+from remat_core.host import simulate_host  # noqa: E402
+from remat_core.host.milp import offload_milp_plan  # noqa: E402
+from remat_core.zoo import linear_graph, random_training_graph  # noqa: E402
+
+
+@pytest.mark.parametrize("bw", [0.5, 4.0, math.inf])
+def test_decoded_plans_fit(bw):
+    g = random_training_graph(4, seed=2).replace(meta={"cost_unit": "s"})
+    top = checkpoint_all_peak_bytes(g)
+    found = 0
+    for frac in (1.0, 0.7, 0.5):
+        budget = int(frac * top)
+        plan, info = offload_milp_plan(g, budget, bw, time_limit_s=20)
+        if plan is not None:
+            found += 1
+            sim = simulate_host(g, plan, bw)
+            assert sim.peak_device_bytes <= budget
+            assert sim.compute_cost <= info["objective"] + 1e-6   # the MILP counts at least the compute
+    assert found >= 2
+
+
+def test_free_copies_replace_recomputation_and_slow_ones_do_not():
+    g = linear_graph(6).replace(meta={"cost_unit": "s"})
+    plan, _ = offload_milp_plan(g, 4, math.inf)
+    sim = simulate_host(g, plan, math.inf)
+    assert sim.recompute_count == 0 and sim.time == float(g.cost.sum()) and sim.peak_device_bytes <= 4
+    slow, info = offload_milp_plan(g, 5, 1e-3)   # a byte takes 1000 s: recompute instead
+    assert slow.num_offloads == 0
+    assert info["objective"] == pytest.approx(solve(g, 5, method="ilp").objective)
+
+
+def test_as_a_method():
+    g = linear_graph(6).replace(meta={"cost_unit": "s"})
+    res = solve(g, 4, method="offload-milp", host_bandwidth=4.0, time_limit_s=20)
+    assert res.success and res.stats["plan"] == "offload-milp" and res.peak_memory_bytes <= 4
+    with pytest.raises(ValueError, match="`host_bandwidth`"):
+        offload_milp_plan(g, 4, None)
