@@ -17,7 +17,7 @@ def test_decoded_plans_fit(bw):
     g = random_training_graph(4, seed=2).replace(meta={"cost_unit": "s"})
     top = checkpoint_all_peak_bytes(g)
     found = 0
-    for frac in (1.0, 0.7, 0.5):
+    for frac in (1.0, 0.95, 0.9, 0.6):   # 0.6 is below what the MILP's stage-long memory count allows
         budget = int(frac * top)
         plan, info = offload_milp_plan(g, budget, bw, time_limit_s=20)
         if plan is not None:
@@ -25,7 +25,7 @@ def test_decoded_plans_fit(bw):
             sim = simulate_host(g, plan, bw)
             assert sim.peak_device_bytes <= budget
             assert sim.compute_cost <= info["objective"] + 1e-6   # the MILP counts at least the compute
-    assert found >= 2
+    assert found >= 3
 
 
 def test_free_copies_replace_recomputation_and_slow_ones_do_not():
