@@ -67,7 +67,7 @@ def strip_copies(plan: HostPlan) -> ExecutionPlan:
 
 
 class OffloadExecutor(Executor):
-    """Executes a :class:`~remat_core.host.HostPlan` on an :class:`ExtractedGraph`.
+    """Executes a :class:`~remat_core.host.HostPlan` on an :class:`~remat_torch.ExtractedGraph`.
 
     Parameters
     ----------

@@ -16,6 +16,8 @@ host_bandwidth`` seconds. What lives here:
 * ``pofo``: the exact dynamic program over keep / offload / recompute on
   chains;
 * ``dtr``: DTR with swapping to the host as an eviction choice;
+* ``milp``: a MILP over recomputation, offloading and prefetching (small graphs);
+* ``timeline``: the plot of a host plan's memory and copies;
 * ``solve``: :func:`solve_offload`, what ``remat_core.solve(...,
   host_bandwidth=...)`` calls, returning a :class:`HostResult`.
 
