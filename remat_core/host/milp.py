@@ -21,7 +21,9 @@ fits. Time: the stall of stage ``t`` is at least the copy time issued in it
 (its offloads and the next stage's prefetches, ``bytes / bandwidth``) minus its
 compute; the objective is compute plus stalls. The decoded plan is judged by
 :func:`~remat_core.host.simulate_host`. Solved with ``scipy.optimize.milp``
-(HiGHS); meant for graphs of a few dozen nodes. LP rounding is not implemented.
+(HiGHS); meant for graphs of a few dozen nodes. :func:`offload_lp_rounding_plan`
+rounds its LP relaxation (the copy and keep decisions at a threshold, then the
+cheapest computations for them).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from ..plan import Compute, Free
 from .plan import HostPlan, Offload, Prefetch
 from .simulate import cost_per_second, validate_bandwidth
 
-__all__ = ["offload_milp_plan"]
+__all__ = ["offload_milp_plan", "offload_lp_rounding_plan"]
 
 
 def offload_milp_plan(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s: float | None = None,
@@ -69,6 +71,74 @@ def offload_milp_plan(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost
     True
     """
     from scipy.optimize import Bounds, LinearConstraint, milp
+
+    c, A, lo, hi, integrality, ub, index = _build(graph, budget_bytes, host_bandwidth, cost_per_s, time_limit_s)
+    res = milp(c, constraints=LinearConstraint(A, lo, hi), integrality=integrality, bounds=Bounds(0, ub),
+               options={"time_limit": float(time_limit_s)})
+    info = {"status": res.message, "objective": None if res.x is None else float(res.fun),
+            "mip_gap": getattr(res, "mip_gap", None)}
+    if res.x is None:
+        return None, info
+    x = np.round(res.x).astype(int)
+    return _decode(graph, x, index), info
+
+
+
+def offload_lp_rounding_plan(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s: float | None = None,
+                             thresholds: tuple = (0.5, 0.3, 0.7, 0.1, 0.9), time_limit_s: float = 30.0,
+                             ) -> tuple[HostPlan | None, dict]:
+    """The MILP's LP relaxation, rounded: keep, prefetch, offload and host decisions fixed at a threshold,
+    then the cheapest computations for them (a MILP over ``R`` and the stalls only). The best plan over
+    ``thresholds``, each judged by :func:`~remat_core.host.simulate_host`.
+
+    Returns
+    -------
+    plan : HostPlan or None
+    info : dict
+        ``lp_bound`` (the relaxation's time: a lower bound in the MILP's time model, not the simulator's,
+        whose copies may overlap across stages), ``threshold``, ``time`` (simulated).
+
+    Examples
+    --------
+    >>> from remat_core.zoo import linear_graph
+    >>> g = linear_graph(6).replace(meta={"cost_unit": "s"})
+    >>> plan, info = offload_lp_rounding_plan(g, 7, host_bandwidth=4.0)
+    >>> from remat_core.host import simulate_host
+    >>> simulate_host(g, plan, 4.0).peak_device_bytes <= 7
+    True
+    """
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    from .simulate import simulate_host
+
+    c, A, lo, hi, integrality, ub, index = _build(graph, budget_bytes, host_bandwidth, cost_per_s, time_limit_s)
+    cons = LinearConstraint(A, lo, hi)
+    lp = milp(c, constraints=cons, integrality=np.zeros_like(integrality), bounds=Bounds(0, ub),
+              options={"time_limit": float(time_limit_s)})
+    info: dict[str, Any] = {"lp_bound": None if lp.x is None else float(lp.fun), "threshold": None, "time": None}
+    if lp.x is None:
+        return None, info
+    fixed = np.array([key[0] in ("S", "P", "Q", "H") for key in index])
+    best: tuple[float, HostPlan, float] | None = None
+    for th in thresholds:
+        lo_b, hi_b = np.zeros(len(c)), ub.copy()
+        vals = (lp.x >= th).astype(float)
+        lo_b[fixed], hi_b[fixed] = vals[fixed], vals[fixed]
+        res = milp(c, constraints=cons, integrality=integrality, bounds=Bounds(lo_b, hi_b),
+                   options={"time_limit": float(time_limit_s)})
+        if res.x is None:
+            continue
+        plan = _decode(graph, np.round(res.x).astype(int), index)
+        sim = simulate_host(graph, plan, host_bandwidth, cost_per_s)
+        if sim.peak_device_bytes <= budget_bytes and (best is None or sim.time < best[0]):
+            best = (sim.time, plan, th)
+    if best is None:
+        return None, info
+    info.update(threshold=best[2], time=best[0])
+    return best[1], info
+
+def _build(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s: float | None, time_limit_s: float):
+    """The MILP's arrays: objective, constraint matrix and row bounds, integrality, upper bounds, column index."""
     from scipy.sparse import coo_array
 
     bw = validate_bandwidth(host_bandwidth)
@@ -185,14 +255,7 @@ def offload_milp_plan(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost
     for t in range(n):
         integrality[index["stall", t]] = 0
         ub[index["stall", t]] = np.inf
-    res = milp(c, constraints=LinearConstraint(A, lo, hi), integrality=integrality, bounds=Bounds(0, ub),
-               options={"time_limit": float(time_limit_s)})
-    info = {"status": res.message, "objective": None if res.x is None else float(res.fun),
-            "mip_gap": getattr(res, "mip_gap", None)}
-    if res.x is None:
-        return None, info
-    x = np.round(res.x).astype(int)
-    return _decode(graph, x, index), info
+    return c, A, lo, hi, integrality, ub, index
 
 
 def _decode(graph: Graph, x: np.ndarray, index: dict) -> HostPlan:

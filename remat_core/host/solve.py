@@ -46,7 +46,7 @@ __all__ = ["HostResult", "solve_offload", "HOST_METHODS"]
 log = logging.getLogger(__name__)
 
 #: Methods that exist only with a host tier; any other name is the remat method the joint plans start from.
-HOST_METHODS = ("pofo", "offload-all", "dtr-swap", "offload-milp")
+HOST_METHODS = ("pofo", "offload-all", "dtr-swap", "offload-milp", "offload-lp-rounding")
 #: The joint search also runs DTR with swapping on graphs up to this many nodes (it is a Python loop).
 DTR_SWAP_MAX_NODES = 600
 
@@ -97,7 +97,8 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
         Device bytes, fixed bytes included.
     method : str
         ``"pofo"`` (chains), ``"offload-all"``, ``"dtr-swap"``,
-        ``"offload-milp"`` (small graphs; ``time_limit_s`` option), or a remat
+        ``"offload-milp"`` or ``"offload-lp-rounding"`` (small graphs;
+        ``time_limit_s`` option), or a remat
         method (default ``"auto"``) whose plans the joint search starts from.
     host_bandwidth : float or str
         Bytes per second (``"16GB/s"``, ``16e9``, ``math.inf``); ``None`` or
@@ -164,6 +165,12 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
         plan, info = offload_milp_plan(graph, budget, bw, cost_per_s, **options)
         if plan is not None:
             cands.append(("offload-milp", plan, None))
+    elif method == "offload-lp-rounding":
+        from .milp import offload_lp_rounding_plan
+
+        plan, info = offload_lp_rounding_plan(graph, budget, bw, cost_per_s, **options)
+        if plan is not None:
+            cands.append(("offload-lp-rounding", plan, None))
     else:
         starts: list[tuple[str, Schedule]] = []
         if bases is not None:
@@ -207,7 +214,7 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
         table.append({"plan": name, "time": sim.time, "peak_device_bytes": sim.peak_device_bytes,
                       "fits": sim.peak_device_bytes <= budget})
         if sim.peak_device_bytes > budget:
-            if name.startswith(("pofo", "offload-all", "dtr-swap", "offload-milp")):
+            if name.startswith(("pofo", "offload-all", "dtr-swap", "offload-milp", "offload-lp-rounding")):
                 continue   # these are not built for a budget: not fitting is an answer, not a bug
             raise ScheduleVerificationError(f"host plan {name!r} simulated at {sim.peak_device_bytes} bytes, over the "
                                             f"budget {budget} bytes")

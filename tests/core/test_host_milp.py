@@ -44,3 +44,21 @@ def test_as_a_method():
     assert res.success and res.stats["plan"] == "offload-milp" and res.peak_memory_bytes <= 4
     with pytest.raises(ValueError, match="`host_bandwidth`"):
         offload_milp_plan(g, 4, None)
+
+
+def test_lp_rounding_fits_and_is_bounded_by_the_relaxation():
+    from remat_core.host.milp import offload_lp_rounding_plan
+
+    g = linear_graph(6).replace(meta={"cost_unit": "s"})
+    found = 0
+    for budget, bw in ((8, 0.5), (7, 0.5), (6, 0.5), (8, 4.0), (7, 4.0)):   # checkpoint-all needs 8
+        plan, info = offload_lp_rounding_plan(g, budget, bw, time_limit_s=20)
+        milp_plan, milp_info = offload_milp_plan(g, budget, bw, time_limit_s=20)
+        assert info["lp_bound"] <= milp_info["objective"] + 1e-6   # the relaxation bounds the MILP
+        if plan is not None:
+            found += 1
+            sim = simulate_host(g, plan, bw)
+            assert sim.peak_device_bytes <= budget and sim.time == info["time"]
+    assert found >= 4
+    res = solve(g, 7, method="offload-lp-rounding", host_bandwidth=4.0)
+    assert res.success and res.peak_memory_bytes <= 7
