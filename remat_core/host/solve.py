@@ -87,7 +87,7 @@ class HostResult(RematResult):
 
 def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_bandwidth: Any = None,
                   cost_per_s: float | None = None, base_budgets: int = 5, bases: Any = None,
-                  **options: Any) -> RematResult:
+                  schedule_required: bool = False, **options: Any) -> RematResult:
     """The fastest plan within ``budget_bytes`` with remat, offloading, or both.
 
     Parameters
@@ -108,6 +108,10 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
     base_budgets : int
         How many remat plans the joint search starts from (budgets spaced
         geometrically from ``budget_bytes`` to checkpoint-all's peak).
+    schedule_required : bool
+        Only plans built on a remat schedule (``result.schedule`` set): the
+        PyTorch adapter saves schedules. DTR with swapping, POFO and the
+        MILPs are then left out.
     bases : sequence of Schedule or ExecutionPlan, optional
         Remat plans to start from instead of solving for them (a sweep reuses
         its plans this way); checkpoint-all is always added.
@@ -209,6 +213,8 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
             cands += _pofo(graph, budget, bw, cost_per_s, {})
     best = None
     table = []
+    if schedule_required:
+        cands = [c for c in cands if c[2] is not None]
     for name, plan, sched in cands:
         sim = simulate_host(graph, plan, bw, cost_per_s)
         table.append({"plan": name, "time": sim.time, "peak_device_bytes": sim.peak_device_bytes,

@@ -118,3 +118,6 @@ def test_rematerialize_with_host_bandwidth_trains_like_eager():
     with pytest.raises(ValueError, match="`host_bandwidth`"):
         rematerialize(copy.deepcopy(model), inputs, budget=budget, method="dtr", granularity="module",
                       cost_model="unit", host_bandwidth="fast")
+    plain = rematerialize(copy.deepcopy(model), inputs, budget=1.0, method="dtr", granularity="module",
+                          cost_model="unit", host_bandwidth=0)   # 0: remat alone
+    assert not isinstance(plain.executor, OffloadExecutor)
