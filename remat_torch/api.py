@@ -992,8 +992,11 @@ def rematerialize(
         raise ValueError(f"`time_limit_s` must be a positive number or None; got {time_limit_s!r}")
     if solver_options is not None and not isinstance(solver_options, dict):
         raise TypeError(f"`solver_options` must be a dict; got {type(solver_options).__name__}")
-    if host_bandwidth is not None:   # solve routes it to remat_core.host, which validates it
-        solver_options = {**(solver_options or {}), "host_bandwidth": host_bandwidth}
+    if host_bandwidth is not None:   # solve routes it to remat_core.host (None or 0: remat alone)
+        from remat_core.host import validate_bandwidth
+
+        if validate_bandwidth(host_bandwidth) is not None:   # only plans with a schedule: plan files save those
+            solver_options = {**(solver_options or {}), "host_bandwidth": host_bandwidth, "schedule_required": True}
     loaded = _load_plans(plan) if plan is not None else {}
     if budget is None and not loaded:
         budget = 1.0
