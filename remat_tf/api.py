@@ -12,7 +12,7 @@ from remat_core.errors import BudgetInfeasibleError, RematError
 from remat_core.solvers import available_methods
 from remat_core.units import budget_fraction, format_bytes, min_budget_bytes, resolve_budget
 
-from .execute import apply_updates, run_plan
+from .execute import apply_updates, run_plan, step_barrier
 from .graph import ExtractedGraph, _flat, extract_graph
 
 __all__ = ["rematerialize", "RematModel", "AUTO_FALLBACK_TIME_LIMIT_S"]
@@ -135,8 +135,10 @@ class RematModel(keras.Model):
         r = self._step(x, y)
         self._loss_tracker.update_state(r.loss, sample_weight=tf.shape(_flat(x, "x")[0])[0])
         eg = self.extracted
-        self.optimizer.apply_gradients(zip(r.grads, eg.variables))
-        apply_updates(r.updates)
+        # the weights change only after every op of the step ran (see step_barrier)
+        with tf.control_dependencies(step_barrier(r)):
+            self.optimizer.apply_gradients(zip(r.grads, eg.variables))
+            apply_updates(r.updates)
         y_pred = tree.pack_sequence_as(eg.functional._outputs_struct, r.y_pred)
         return self.compute_metrics(x, y, y_pred, sample_weight=None)
 
@@ -156,7 +158,8 @@ class RematModel(keras.Model):
         if self._grad_fn is None:
             def fn(x, y):
                 r = self._step(x, y)
-                apply_updates(r.updates)
+                with tf.control_dependencies(step_barrier(r)):
+                    apply_updates(r.updates)
                 return r.loss, r.grads
 
             self._grad_fn = tf.function(fn, autograph=False, jit_compile=False)
