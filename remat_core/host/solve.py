@@ -227,6 +227,7 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
         key = (sim.time, sim.copied_bytes, sim.recompute_count)
         if best is None or key < best[0]:
             best = (key, name, plan, sched, sim)
+    log.debug("host tier at %d bytes, %g B/s: %s", budget, bw, table)
     res = HostResult(status=SolveStatus.INFEASIBLE, budget_bytes=budget, method=method, host_bandwidth=bw,
                      candidates=table)
     res.solve_time_s = time.perf_counter() - start

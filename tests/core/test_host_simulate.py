@@ -124,3 +124,13 @@ def test_bandwidth_and_cost_unit_validation():
     with pytest.raises(ValueError, match="`cost_per_s`"):
         cost_per_second(g.replace(meta={"cost_unit": "node"}))
     assert cost_per_second(g.replace(meta={"cost_unit": "node"}), cost_per_s=5.0) == 5.0
+
+
+def test_the_host_tier_loads_no_framework_or_solver_library():
+    import subprocess
+    import sys
+
+    code = ("import sys, remat_core.host; print(sorted(m for m in ('torch', 'tensorflow', 'scipy.optimize', "
+            "'highspy', 'numba', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
