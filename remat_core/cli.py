@@ -519,7 +519,12 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     if args.plot:
         from .plot import plot_schedule_matrices
 
-        if res.schedule is None:
+        if getattr(res, "host_plan", None) is not None:   # with a host tier: device and host memory, the copies
+            from .host.timeline import plot_host_timeline
+
+            plot_host_timeline(graph, res.host_plan, res.host_bandwidth, args.plot)
+            log.info("wrote %s", args.plot)
+        elif res.schedule is None:
             print(f"remat: no plot: {args.method} found no schedule", file=sys.stderr)
         else:
             plot_schedule_matrices(graph, res.schedule, args.plot)
@@ -799,7 +804,8 @@ def build_parser(plugins: bool | Sequence[str] = True) -> argparse.ArgumentParse
     s.add_argument("--json", action="store_true", help="print the result as JSON (and nothing else) on stdout")
     s.add_argument("--schedule", action="store_true", help="include the schedule in the JSON (--json, --out)")
     s.add_argument("--out", default=None, help="also write the JSON result to this file")
-    s.add_argument("--plot", default=None, help="write the R/S matrices of the schedule to this .png/.svg/.pdf")
+    s.add_argument("--plot", default=None, help="write the R/S matrices of the schedule (with --host-bandwidth: the "
+                   "device and host memory timeline and the copies) to this .png/.svg/.pdf")
     s.set_defaults(fn=_cmd_solve)
 
     w = sub.add_parser("sweep", parents=[common], help="solve one graph at many budgets with many methods",
