@@ -111,5 +111,10 @@ def test_cli_solve_with_host_bandwidth(capsys, tmp_path):
 
     data = json.loads(out.read_text())
     assert data["stats"]["recomputations"] == 0 and data["stats"]["offloaded_values"] > 0
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "timeline.png"
+    assert main(["solve", "linear:8", "0.3", "--method", "checkpoint-all", "--host-bandwidth", "inf",
+                 "--plot", str(png)]) == 0
+    assert png.stat().st_size > 1000
     assert main(["solve", "linear:8", "0.3", "--method", "checkpoint-all", "--host-bandwidth", "fast"]) == 2
     assert "`host_bandwidth`" in capsys.readouterr().err
