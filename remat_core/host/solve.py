@@ -106,8 +106,9 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
     cost_per_s : float, optional
         Cost units per second (default: from ``graph.meta["cost_unit"]``).
     base_budgets : int
-        How many remat plans the joint search starts from (budgets spaced
-        geometrically from ``budget_bytes`` to checkpoint-all's peak).
+        How many remat plans the joint search starts from: at
+        ``budget_bytes * (peak / budget_bytes) ** x`` for ``x = 0, 0.01, 0.03,
+        0.09, ...`` (dense near the budget; ``peak`` is checkpoint-all's).
     schedule_required : bool
         Only plans built on a remat schedule (``result.schedule`` set): the
         PyTorch adapter saves schedules. DTR with swapping, POFO and the
@@ -188,8 +189,10 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
                                     f"{sched!r}")
         else:
             top = checkpoint_all_peak_bytes(graph)
-            ladder = sorted({int(budget * (top / budget) ** (i / base_budgets)) for i in range(base_budgets)}
-                            | {budget}) if budget < top else []
+            # dense near the budget (a plan for a little more memory needs few offloads): budget * (top /
+            # budget) ** x for x = 0, 0.01, 0.03, 0.09, 0.27, ...
+            ladder = sorted({int(budget * (top / budget) ** (0.01 * 3 ** (i - 1) if i else 0.0))
+                             for i in range(base_budgets)} | {budget}) if budget < top else []
             opts = dict(options)
             if opts.get("time_limit_s") is not None and ladder:   # the caller's limit covers the whole ladder
                 opts["time_limit_s"] = float(opts["time_limit_s"]) / len(ladder)
