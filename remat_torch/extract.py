@@ -627,7 +627,9 @@ def extract_graph(
     >>> net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
     >>> eg = extract_graph(net, torch.randn(3, 4))
     >>> eg.graph.n, eg.n_forward
-    (6, 3)
+    (8, 3)
+    >>> eg.graph.names[-1]  # reads the parameter gradients, kept to the end of the step as .grad is
+    'bwd7:<gradients>'
     """
     import torch
 
