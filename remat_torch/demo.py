@@ -303,11 +303,19 @@ def run_demo(args: argparse.Namespace) -> int:
     g = lm.extracted.graph
     from remat_core import Schedule
 
+    # the figure names methods as the table does, and says when ilp's points are not proven optimal
+    from remat_core.sweep import SweepResult
+
+    unproven = any(r["method"] == "ilp" and r.get("objective") is not None and r.get("status") != "optimal"
+                   for r in res.rows)
+    ilp_label = "ilp (time limit)" if unproven else "ilp"
+    shown = SweepResult(rows=[{**r, "method": ilp_label if r["method"] == "ilp" else _display(r["method"])}
+                              for r in res.rows])
     written = []
     for ext in ("png", "svg"):
         written.append(os.path.join(out, f"tradeoff.{ext}"))
-        plot_tradeoff_curves(res, written[-1], title=f"{graph.name}: compute overhead vs memory budget",
-                             min_budget_bytes=low)
+        plot_tradeoff_curves(shown, written[-1], title=f"{graph.name}: compute overhead vs memory budget",
+                             min_budget_bytes=low, show_lower_bound=ilp_label)
         written.append(os.path.join(out, f"schedule_matrices.{ext}"))
         plot_schedule_matrices(g, lm.result.schedule, written[-1],
                                title=f"transformer plan ({lm.result.method}) at {format_bytes(lm.result.budget_bytes)}: "
