@@ -304,6 +304,11 @@ def run_trainer(rank, world, out_dir):
 
     model, batch = make("gpt2")
     ref = copy.deepcopy(model)
+    # plan the call Trainer makes, so that its steps use the shared plan: Trainer sets config.use_cache = False
+    # when it is built (a model attribute: part of a plan's key) and passes `num_items_in_batch` (a 0-d float32
+    # tensor with transformers 5: the label count over all ranks)
+    model.config.use_cache = False
+    batch = dict(batch, num_items_in_batch=torch.tensor(float(batch["labels"].numel() * world)))
     rm = rdist.rematerialize_shared(model, example_kwargs=batch, budget=0.5, granularity="module",
                                     time_limit_s=5)
     data = [{"input_ids": x, "labels": x} for x in torch.randint(0, 64, (16, 32), generator=torch.Generator()

@@ -136,6 +136,9 @@ def test_trainer_ddp_two_ranks(hf_runs):
         assert rec["global_step"] == 3
         assert rec["losses"] == pytest.approx(rec["losses_ref"], rel=1e-5)
         assert rec["param_diff"] <= 1e-5, rec
+    # the plan was made for Trainer's call (use_cache off, num_items_in_batch): rank 0 solved, rank 1 reused it,
+    # and Trainer's steps made no other
+    assert [rec["solves"] for rec in hf_runs["trainer"]] == [1, 0]
 
 
 def test_comm_overhead_bytes_model():
