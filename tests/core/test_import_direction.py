@@ -24,7 +24,7 @@ LAYERS = [
     {"graph"},
     {"schedule", "chain", "zoo"},
     {"simulate"},
-    {"plan", "units", "formulation", "bounds"},
+    {"plan", "units", "formulation", "bounds", "sequence"},
     {"solvers"},
     {"batch", "sweep", "plot", "cli", "__init__", "host"},
 ]
