@@ -126,6 +126,11 @@ def max_batches(name: str, key: str, bw: float) -> dict:
     for label, fits in (("remat", remat_fits), ("offload_all", offload_fits), ("joint", joint_fits)):
         out[label] = _largest(lambda b: fits(b, True), ceiling)
         out[label + "_uncapped"] = _largest(lambda b: fits(b, False), ceiling)
+    for which in ("joint", "joint_uncapped"):   # what the joint plan is at its largest batch
+        if out[which]:
+            r = solve_offload(fn(out[which]), BATCH_BUDGET, method=REMAT, host_bandwidth=bw)
+            out[which + "_plan"] = r.stats.get("plan")
+            out[which + "_offloaded_values"] = r.stats.get("offloaded_values")
     print(f"max batch {name} at {bw / 1e9:g} GB/s: {out}", flush=True)
     return out
 
@@ -197,6 +202,21 @@ def render(rows: list, meta: dict) -> str:
                                 [[m["model"], f"{m['bandwidth'] / 1e9:g}",
                                   *[f"{m[k]} / {m.get(k + '_uncapped', '?')}" for k in ("remat", "offload_all", "joint")],
                                   m["ceiling"]] for m in mb]), ""]
+        lines += ["The joint plan at its largest batch: " + "; ".join(
+            f"{m['model']} {m['bandwidth'] / 1e9:g} GB/s: {m.get('joint_plan')} ({m.get('joint_offloaded_values')} "
+            f"values offloaded) | {m.get('joint_uncapped_plan')} ({m.get('joint_uncapped_offloaded_values')})"
+            for m in mb if m.get("joint_plan") is not None and m["joint"] > m["remat"]
+            or m.get("joint_uncapped", 0) > m.get("remat_uncapped", 0)) + ". The searches double the batch "
+            "and then bisect, which assumes that a batch fits whenever a larger one does; the joint plan's time "
+            "is not monotone in the batch (its remat plans come from a heuristic at several budgets), so a "
+            "smaller batch may not fit within the cap.", ""]
+        nothing = [f"{m['model']} {m['bandwidth'] / 1e9:g} GB/s" for m in mb
+                   if m["joint"] > m["remat"] and m.get("joint_offloaded_values") == 0]
+        if nothing:
+            lines += [f"Where the joint plan offloads nothing at its largest batch within the cap "
+                      f"({', '.join(nothing)}), the larger batch comes from the remat method's plan for a budget "
+                      f"above 16 GB that peaks within 16 GB (`{REMAT}` is a heuristic: at 16 GB itself it finds "
+                      f"none), not from offloading.", ""]
         models = list(dict.fromkeys(m["model"] for m in mb))
         for bw in BANDWIDTHS:
             sub = {m["model"]: m for m in mb if m["bandwidth"] == bw}
