@@ -54,6 +54,11 @@ RANDOM_SCALES = (1.0, 0.95, 0.9)
 #: How much slower a computation of these heuristics is than one of ``h_dtr_eq`` (their walks over evicted
 #: values; measured on LSTM_512, benchmarks/README.md section dtr), for a cap before their own run is timed.
 SLOWDOWN = {"h_dtr": 60.0, "msps": 16.0}
+#: How much slower a computation under the ``keep_dead`` freeing rule is than under the default rule, by
+#: heuristic: msps's ancestor walks and h_dtr's neighbourhood walks then cross the dead values too (LSTM_512
+#: at 0.17 of its activation memory: msps 0.9 ms a computation against 41 us, one run 14.6 s; h_dtr 0.5 ms
+#: against 10 us, one run 6.3 s; the other heuristics within 1.3x).
+KEEP_DEAD_SLOWDOWN = {"msps": 25.0, "h_dtr": 60.0}
 #: Computation cap (a multiple of n) of a heuristic's first run, before its time per computation is known.
 FIRST_CAP = 10.0
 #: The most computations per node any run may make (DTR's own default).
@@ -104,35 +109,46 @@ class _Runner:
     def __init__(self, graph: Graph, clock: Callable[[], float], deadline: float | None,
                  per: dict[str, float] | None = None):
         self.graph, self.clock, self.deadline = graph, clock, deadline
-        self.per: dict[str, float] = dict(per or {})
+        # seconds per computation by "heuristic/keep_dead"; the ones given were measured under the default rule
+        self.per: dict[str, float] = {f"{h}/False": v for h, v in (per or {}).items()}
         self.runs = 0
 
     def left(self) -> float | None:
         return None if self.deadline is None else self.deadline - self.clock()
 
-    def cap(self, heuristic: str) -> float | None:
+    def estimate(self, heuristic: str, keep_dead: bool) -> float | None:
+        """Seconds per computation of a run of ``heuristic`` under that freeing rule: measured, else from the
+        other rule's or another heuristic's measurement times the slowdowns above; ``None``: nothing measured."""
+        per = self.per.get(f"{heuristic}/{keep_dead}")
+        if per is not None:
+            return per
+        factor = KEEP_DEAD_SLOWDOWN.get(heuristic, 1.0) if keep_dead else 1.0
+        other = self.per.get(f"{heuristic}/{not keep_dead}")
+        if other is not None:
+            return other * factor if keep_dead else other
+        if self.per:
+            return max(self.per.values()) * SLOWDOWN.get(heuristic, 1.0) * factor
+        return None
+
+    def cap(self, heuristic: str, keep_dead: bool = False) -> float | None:
         """The computation cap (a multiple of n) for a run now; ``None``: no time for one."""
         left = self.left()
         if left is None:
             return MAX_CAP
-        per = self.per.get(heuristic)
-        if per is None and self.per:
-            per = max(self.per.values()) * SLOWDOWN.get(heuristic, 1.0)
+        per = self.estimate(heuristic, keep_dead)
         if per is None:   # the very first run: a computation costs far less than a simulation step
             cap = FIRST_CAP if left > 0.5 else 0.0
         else:   # half the time left: the time per computation is an estimate, and varies with the load
             cap = 0.5 * left / max(per * self.graph.n, 1e-9)
         return None if cap < 1.2 else min(cap, MAX_CAP)
 
-    def fits(self, heuristic: str, cap: float) -> bool:
+    def fits(self, heuristic: str, keep_dead: bool, cap: float) -> bool:
         """Whether a run capped at ``cap`` computations per node, at its measured (or estimated) time per
         computation, ends before the deadline."""
         left = self.left()
         if left is None:
             return True
-        per = self.per.get(heuristic)
-        if per is None and self.per:
-            per = max(self.per.values()) * SLOWDOWN.get(heuristic, 1.0)
+        per = self.estimate(heuristic, keep_dead)
         return left > 0 and (per is None or per * self.graph.n * cap < left)
 
     def run(self, budget_bytes: int, heuristic: str, keep_dead: bool, seed: int = 0,
@@ -140,7 +156,7 @@ class _Runner:
         """One DTR run (:func:`~remat_core.solvers.dtr.dtr_run`), or ``None`` when there is no time for it."""
         from .dtr import dtr_run
 
-        cap = self.cap(heuristic) if cap is None else cap
+        cap = self.cap(heuristic, keep_dead) if cap is None else cap
         if cap is None:
             return None
         t0 = self.clock()
@@ -149,7 +165,8 @@ class _Runner:
         self.runs += 1
         if out["computations"]:
             per = max(spent, 1e-6) / out["computations"]
-            self.per[heuristic] = max(per, self.per.get(heuristic, 0.0))
+            key = f"{heuristic}/{keep_dead}"
+            self.per[key] = max(per, self.per.get(key, 0.0))
         return out
 
 
@@ -198,7 +215,7 @@ def min_peak_schedules(graph: Graph, offer: Callable[[str, RematResult], None], 
     best_peak: int | None = None
     for heuristic in heuristics:
         left = runner.left()
-        per = runner.per.get(heuristic)
+        per = runner.estimate(heuristic, False)
         if left is not None and per is not None and 16 * per * graph.n * FIRST_CAP > 0.8 * left:
             continue
         # one cap for the whole bisection, so that its runs do not depend on the time: the result is the same
@@ -207,7 +224,7 @@ def min_peak_schedules(graph: Graph, offer: Callable[[str, RematResult], None], 
 
         def ok(b: int) -> dict[str, Any] | None:
             for keep_dead in (False, True):
-                if not runner.fits(heuristic, cap):
+                if not runner.fits(heuristic, keep_dead, cap):
                     raise TimeoutError
                 out = runner.run(b, heuristic, keep_dead, cap=cap)
                 if out is not None and out["ok"]:
@@ -273,7 +290,8 @@ def improve(graph: Graph, budget_bytes: int, offer: Callable[[str, RematResult],
     moves : iterator of Move, optional
         Default :func:`restart_moves`.
     seconds_per_computation : dict, optional
-        A DTR computation's time by heuristic, measured elsewhere: it sizes the caps of the first runs.
+        A DTR computation's time by heuristic (under the default freeing rule), measured elsewhere: it sizes
+        the caps of the first runs.
 
     Examples
     --------

@@ -46,6 +46,7 @@ from ..errors import GraphValidationError
 from ..formulation.size import DEFAULT_MODEL_BYTES_LIMIT, estimate_milp_size
 from ..graph import Graph
 from ..schedule import RematResult, SolveStatus
+from .anytime import KEEP_DEAD_SLOWDOWN
 
 __all__ = ["solve_auto", "ILP_MAX_NONZEROS", "LP_MAX_NONZEROS", "BASELINES", "choose_path", "NONZEROS_PER_SECOND"]
 
@@ -196,7 +197,12 @@ def _dtr_within(best: _Best, graph: Graph, budget_bytes: int, left: Any, name: s
     remaining = left()
     cap = None
     if remaining is not None:
-        per = _seconds_per_computation(best, "dtr", _DTR_SLOWDOWN.get(options.get("heuristic", ""), 1.0))
+        heuristic = options.get("heuristic", "")
+        per = _seconds_per_computation(best, f"dtr({heuristic})") if heuristic else None   # its own run
+        if per is None:
+            per = _seconds_per_computation(best, "dtr", _DTR_SLOWDOWN.get(heuristic, 1.0))
+        if per is not None and options.get("keep_dead"):
+            per *= KEEP_DEAD_SLOWDOWN.get(heuristic, 1.0)
         if per is not None:
             # half the time left: the time per computation is a rough estimate from another run
             cap = 0.5 * remaining / max(per * graph.n, 1e-9)
@@ -240,7 +246,7 @@ def _dtr_rescue(best: _Best, graph: Graph, budget_bytes: int, left: Any) -> None
     from . import _METHODS
 
     remaining = left()
-    if "dtr" not in _METHODS or best.result is not None or remaining is None:
+    if "dtr" not in _METHODS or best.result is not None or remaining is None or "dtr(msps, rescue)" in best.tried:
         return
     per = _seconds_per_computation(best, "dtr(msps)")
     done = best.tried["dtr(msps)"]["computations"] / graph.n if per is not None else 0.0
@@ -585,6 +591,8 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
         left = lambda: soft() - time.perf_counter()  # noqa: E731
     if path == "large":
         _other_dtr_heuristics(best, graph, budget_bytes, hard_left)   # the strongest starts: never cut short
+        if best.result is None:   # msps at this budget with a cap from the time left, then the feasibility phase
+            _dtr_rescue(best, graph, budget_bytes, hard_left)
         if best.result is None:
             _min_peak(best, graph, budget_bytes, deadline)
         _polish(best, graph, budget_bytes, deadline, sim_s)   # cheap and often the best step: never cut short
