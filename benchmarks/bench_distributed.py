@@ -17,8 +17,8 @@ model, three SGD steps each. Per rank:
   output);
 * **measured**: the c10 allocator's peak rise during the third step
   (:class:`remat_torch.meter.AllocatorMeter`) plus what was resident before
-  it (the rank's parameters or shards, DDP's buckets as allocated when it was
-  built, the inputs);
+  it (the storages of the rank's parameters or shards and of the inputs, and
+  DDP's gradient buckets as DDP reports them, ``bucket_sizes``);
 * **grad diff**: the largest absolute difference between the rank's reduced
   gradients with and without remat over the three steps.
 """

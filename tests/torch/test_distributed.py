@@ -9,7 +9,8 @@ optimizer steps:
 * DDP and FSDP2 (``fully_shard`` on the whole module), with a plan: each rank's gradients
   after the reduce equal those without remat on every step, and the rank's
   measured peak (the c10 allocator's rise in a step plus what was resident:
-  the rank's parameters or shards, DDP's buckets, inputs) is within the
+  the storages of the rank's parameters or shards and inputs, and DDP's
+  gradient buckets as DDP reports them) is within the
   plan's peak plus :func:`remat_torch.distributed.comm_overhead_bytes`,
   which is within the per-rank budget;
 * DDP and FSDP2 around the plain model with the live DTR runtime (half the
