@@ -84,6 +84,7 @@ operators; see ``benchmarks/README.md`` (section ``dtr``).
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import sys
@@ -96,6 +97,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from remat_core.errors import BudgetInfeasibleError
 from remat_core.units import _as_fraction, format_bytes, parse_bytes
+from remat_torch.meter import AllocatorMeter
 
 __all__ = ["dtr", "DTRRuntime", "DTRTensor", "activation_peak_bytes", "HEURISTICS"]
 
@@ -117,7 +119,7 @@ class _Value:
 
     __slots__ = ("tensor", "func", "args", "kwargs", "index", "siblings", "rng_state", "cost_s", "nbytes",
                  "base", "views", "last_access", "pins", "wrappers", "refs", "unevictable", "versions",
-                 "__weakref__")
+                 "scratch", "__weakref__")
 
     def __init__(self, func: Callable | None, args: Any, kwargs: Any, index: int, rng_state: Any, cost_s: list,
                  base: "_Value | None"):
@@ -135,6 +137,7 @@ class _Value:
         self.refs: list[weakref.ref] = []   # weak references to those wrappers (retargeted by in-place writes)
         self.unevictable = func is None   # no recipe: its data cannot be recomputed
         self.versions: tuple = ()    # (tensor, version) of the plain tensors its recipe reads
+        self.scratch = 0             # bytes its operator allocates and frees while it runs (measured)
 
 
 class _Cell:
@@ -242,12 +245,9 @@ class DTRRuntime:
         self.baseline_bytes: int | None = None
         self._fixed_budget: int | None = None
         if budget is not None:
-            f = _as_fraction(budget)
+            f = _as_fraction(budget, "budget")   # one meaning everywhere (remat_core.units)
             if f is None:
                 self._fixed_budget = parse_bytes(budget, "budget")
-            elif not (math.isfinite(f) and 0.0 < f <= 1.0):
-                raise ValueError(f"`budget` as a fraction of eager's activation memory must be in (0, 1]; got "
-                                 f"{budget!r} (give bytes as an int or a size such as '64MiB')")
             else:
                 self.fraction = f
         self.max_replay_factor = float(max_replay_factor)
@@ -264,6 +264,8 @@ class DTRRuntime:
         self.resident: dict[int, _Value] = {}   # id -> storage owners holding data
         self.leaves: dict[int, weakref.ref] = {}   # the leaf tensors read in the block (for their .grad)
         self._finalizers: list = []
+        self._hooks: list = []   # on the leaves read: their accumulated .grad is never evicted
+        self._unbounded = False  # bringing data back at the block's end past the budget
         self._read_plain: dict[int, tuple] = {}   # id -> (plain tensor recipes read, the last version read)
         self._snapshots: dict[tuple, tuple] = {}   # (id, version) -> (tensor, copy of its data at that version)
         self._kept: list[_Value] = []
@@ -274,9 +276,14 @@ class DTRRuntime:
     def _charge(self, v: _Value) -> None:
         self.current += v.nbytes
         self.resident[id(v)] = v
-        if self.current > self.stats["peak_bytes"]:
+        if self.current > self.stats["peak_bytes"] and not self._closed:
             self.stats["peak_bytes"] = self.current
         self.stats["current_bytes"] = self.current
+
+    def _note_peak(self, nbytes: int) -> None:
+        """An instant's resident bytes (an operator's outputs and scratch included)."""
+        if nbytes > self.stats["peak_bytes"] and not self._closed:
+            self.stats["peak_bytes"] = nbytes
 
     def _drop(self, owner: _Value) -> None:
         """Free the data of ``owner`` and of every view of it."""
@@ -313,8 +320,11 @@ class DTRRuntime:
         return cost / (m * stale)
 
     def _evicted_ancestor_cost(self, v: _Value) -> float:
+        """The cost of the evicted values that recomputing ``v`` would replay too (the first
+        ``_ANCESTOR_LIMIT`` found: the search is made for every candidate of every eviction, and an unbounded
+        one made the evictions quadratic in the number of evicted values on Whisper)."""
         seen, total, stack = {id(v)}, 0.0, [v]
-        while stack:
+        while stack and len(seen) < _ANCESTOR_LIMIT:
             x = stack.pop()
             for a in _flat(x.args, x.kwargs):
                 if isinstance(a, _Value) and id(a) not in seen and a.tensor is None:
@@ -324,7 +334,7 @@ class DTRRuntime:
         return total
 
     def _make_room(self, need: int) -> None:
-        if self.budget_bytes is None or self._closed:
+        if self.budget_bytes is None or self._closed or self._unbounded:
             return
         while self.current + need > self.budget_bytes:
             best, best_score = None, 0.0
@@ -389,7 +399,8 @@ class DTRRuntime:
                 self._pin(p, 1)
                 done.append(p)
             if v.base is None:
-                self._make_room(v.nbytes)
+                self._make_room(v.nbytes + v.scratch)
+                self._note_peak(self.current + v.nbytes + v.scratch)
             elif v.base.tensor is None:   # the owner was evicted too: recompute it first (counted there)
                 self._remat(v.base)
             out = self._run(v.func, v.args, v.kwargs, v.rng_state, replay=True, subs=subs)[0]
@@ -399,7 +410,7 @@ class DTRRuntime:
         outs = out if isinstance(out, (tuple, list)) else (out,)
         self.stats["rematerializations"] += 1
         self.stats["recompute_s"] += v.cost_s[1]
-        if self.budget_bytes is not None and not self._closed and \
+        if self.budget_bytes is not None and not self._closed and not self._unbounded and \
                 self.stats["rematerializations"] > self.max_replay_factor * max(self.stats["operators"], 100):
             raise BudgetInfeasibleError(
                 f"the DTR budget {format_bytes(self.budget_bytes)} thrashes: {self.stats['rematerializations']} "
@@ -415,15 +426,18 @@ class DTRRuntime:
                     self.budget_bytes is None or self._closed or self.current + s.nbytes <= self.budget_bytes):
                 s.tensor = outs[s.index]
                 self._charge(s)
-        # a parent no tensor refers to was only needed for this one: free it again (unless v views its storage)
-        for p in done:
-            if v.base is None or (p.base or p) is not v.base:
-                self._free_if_dead(p)
+        # a parent no tensor refers to was only needed for this one: free it again (unless v views its storage);
+        # at the block's end the parents stay until all is done (the tensors brought back share ancestors)
+        if not self._closed:
+            for p in done:
+                if v.base is None or (p.base or p) is not v.base:
+                    self._free_if_dead(p)
 
     def _unwrap(self, a: Any) -> Any:
         return self.materialize(a) if isinstance(a, _Value) else a
 
-    def _run(self, func, vargs, vkwargs, rng_state, replay: bool, subs: dict | None = None) -> tuple[Any, float]:
+    def _run(self, func, vargs, vkwargs, rng_state, replay: bool, subs: dict | None = None, key: Any = None,
+             need: int = 0) -> tuple[Any, float]:
         """Run ``func`` on the data of ``vargs``; on a replay, from the saved generator state and without
         writing into tensors that are not the runtime's (``subs``: old copies of tensors written since)."""
         args, kwargs = tree_map(self._unwrap, (vargs, vkwargs))
@@ -437,6 +451,16 @@ class DTRRuntime:
             saved = _rng_state()
             _set_rng_state(rng_state)
         try:
+            if key is not None and key not in _SCRATCH and _can_meter(args):
+                # the first call of an operator on arguments of this signature: measure what it allocates
+                # beyond its outputs (convolution's reordered copies, a reduction's buffers), which is
+                # counted from here on (allocated memory must stay within the budget, not only outputs)
+                with AllocatorMeter() as meter:
+                    start = time.perf_counter()
+                    out = func(*args, **kwargs)
+                    elapsed = time.perf_counter() - start
+                _remember_scratch(key, max(0, meter.peak_bytes - need))
+                return out, elapsed
             start = time.perf_counter()
             out = func(*args, **kwargs)
             return out, time.perf_counter() - start
@@ -457,8 +481,11 @@ class DTRRuntime:
         written = _written_positions(func, schema)
         flat = _flat(args, kwargs)
         for a in flat:
-            if isinstance(a, torch.Tensor) and not isinstance(a, DTRTensor) and a.is_leaf:
-                self.leaves.setdefault(id(a), weakref.ref(a))
+            if isinstance(a, torch.Tensor) and not isinstance(a, DTRTensor) and a.is_leaf \
+                    and id(a) not in self.leaves:
+                self.leaves[id(a)] = weakref.ref(a)
+                if a.requires_grad:
+                    self._hooks.append(a.register_post_accumulate_grad_hook(_keep_grad))
         targets, plain_written = _write_targets(schema, args, kwargs)
         vargs, vkwargs = tree_map(lambda a: a._v if isinstance(a, DTRTensor) else a, (args, kwargs))
         in_values = [a._v for a in flat if isinstance(a, DTRTensor)]
@@ -467,20 +494,23 @@ class DTRRuntime:
             self._pin(v, 1)
         try:
             key = _key(func, args, kwargs)
-            self._make_room(_new_bytes(func, args, kwargs, schema, key) if self.budget_bytes is not None else 0)
+            need = _new_bytes(func, args, kwargs, schema, key)
+            scratch = _SCRATCH.get(key, 0)
+            self._make_room(need + scratch)
+            self._note_peak(self.current + need + scratch)
             rng_state = _rng_state() if torch.Tag.nondeterministic_seeded in func.tags else None
             if plain_written:
                 self._before_plain_write(plain_written)
             if targets:
                 return self._call_inplace(func, args, kwargs, vargs, vkwargs, rng_state, schema, written, targets,
                                           key)
-            out, cost = self._run(func, vargs, vkwargs, rng_state, replay=False)
+            out, cost = self._run(func, vargs, vkwargs, rng_state, replay=False, key=key, need=need)
         finally:
             for v in in_values:
                 self._pin(v, -1)
         self.stats["operators"] += 1
         return self._wrap_outputs(func, vargs, vkwargs, out, rng_state, _smoothed_cost(key, cost), schema, args,
-                                  written)
+                                  written, key)
 
     def _before_plain_write(self, tensors: list) -> None:
         """An operator is about to write into a tensor that is not the runtime's and that recipes read (an
@@ -525,7 +555,7 @@ class DTRRuntime:
                 g = _geometry(tv, old)
                 fn = None if g is None else _ViewWriteReplay(func, pos, *g)
         versions = self._versions(vargs, vkwargs, written)
-        out, cost = self._run(func, vargs, vkwargs, rng_state, replay=False)
+        out, cost = self._run(func, vargs, vkwargs, rng_state, replay=False, key=key, need=0)
         cost = _smoothed_cost(key, cost)
         self.stats["operators"] += 1
         self.stats["compute_s"] += cost[1]
@@ -600,8 +630,9 @@ class DTRRuntime:
     def _materialize_arg(self, a: Any) -> Any:
         return self.materialize(a._v) if isinstance(a, DTRTensor) else a
 
-    def _wrap_outputs(self, func, vargs, vkwargs, out, rng_state, cost, schema, args, written) -> Any:
+    def _wrap_outputs(self, func, vargs, vkwargs, out, rng_state, cost, schema, args, written, key=None) -> Any:
         outs = out if isinstance(out, (tuple, list)) else (out,)
+        scratch = _SCRATCH.get(key, 0) if key is not None else 0
         self.stats["compute_s"] += cost[1]
         plain_in = [a for a in _flat(args, {}) if isinstance(a, torch.Tensor)]
         made: list[_Value] = []
@@ -624,6 +655,7 @@ class DTRRuntime:
             owner = None if base_wrapper is None else (base_wrapper._v.base or base_wrapper._v)
             v = _Value(func, vargs, vkwargs, idx, rng_state, cost, owner)
             v.versions = versions
+            v.scratch = scratch
             v.tensor = o
             v.last_access = self.clock
             if owner is None:
@@ -673,13 +705,8 @@ class DTRRuntime:
     def _finish(self) -> None:
         """End of the block (also after an exception): every tensor the runtime made that is still referred to
         becomes a plain tensor holding its data, and the runtime lets go of everything else."""
-        self._closed = True   # from here on nothing is evicted and operators return plain tensors
-        for ref in self.leaves.values():
-            leaf = ref()
-            g = None if leaf is None else leaf.grad
-            if isinstance(g, DTRTensor):
-                leaf.grad = self.materialize(g._v).detach().clone()
-        self.leaves.clear()
+        if any(f.alive and f.peek()[0]._v.tensor is None for f in self._finalizers):
+            gc.collect()   # wrappers only a reference cycle holds (a model's output object) need no data back
         live = []
         for f in self._finalizers:
             info = f.peek()
@@ -688,14 +715,35 @@ class DTRRuntime:
                 live.append(info[0])
             del info
         self._finalizers = []
-        kept = []
-        # first materialize everything (with the recipes still in place), then swap
+        # bring back the data of what is still referred to (.grad among it), within the budget while that is
+        # possible (each value kept once back), past it otherwise: nothing may be lost
         for w in live:
-            if isinstance(w, DTRTensor):
-                try:
-                    self.materialize(w._v)
-                except RuntimeError:   # its recipe is gone: it stays a wrapper without data
-                    _log.warning("remat_torch.dtr: a tensor of the block could not be recomputed at its end")
+            v = w._v if isinstance(w, DTRTensor) else None
+            if v is None or v.unevictable and v.tensor is not None:
+                continue
+            try:
+                self.materialize(v)
+            except BudgetInfeasibleError:   # past the budget from here (recorded in stats["peak_bytes"])
+                self._unbounded = True
+                self.materialize(v)
+            except RuntimeError:   # its recipe is gone: it stays a wrapper without data
+                _log.warning("remat_torch.dtr: a tensor of the block could not be recomputed at its end")
+                continue
+            v.unevictable = True
+            if v.base is not None:
+                v.base.unevictable = True
+        self._closed = True   # from here on nothing is evicted and operators return plain tensors
+        self._unbounded = False
+        for ref in self.leaves.values():
+            leaf = ref()
+            g = None if leaf is None else leaf.grad
+            if isinstance(g, DTRTensor) and g._v.tensor is not None:
+                leaf.grad = g._v.tensor.detach()
+        self.leaves.clear()
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        kept = []
         for v in list(self.resident.values()):
             v.refs = []
         for w in live:
@@ -903,6 +951,35 @@ def _copy_written(func, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return args, kwargs
 
 
+_ANCESTOR_LIMIT = 256
+_SCRATCH: dict = {}   # operator signature -> bytes it allocates beyond its outputs (measured once)
+_SCRATCH_SIZE = 8192
+
+
+def _keep_grad(leaf: torch.Tensor) -> None:
+    """After autograd accumulated a leaf's gradient: never evict it. Recomputing a parameter's gradient
+    replays the backward pass up to it, and every gradient is read after the block: a ConvNeXt step whose
+    evicted gradients were brought back at the block's end allocated 7x its budget (46x without freeing the
+    replayed ancestors). Gradients are part of what the budget must hold, as in eager."""
+    g = leaf.grad
+    if isinstance(g, DTRTensor):
+        g._v.unevictable = True
+        if g._v.base is not None:
+            g._v.base.unevictable = True
+
+
+def _can_meter(args: Any) -> bool:
+    """Whether an operator call's allocations can be measured here: CPU tensors (the allocator meter follows
+    the CPU allocator) and no profiler already running (profilers do not nest)."""
+    if torch.autograd.profiler._is_profiler_enabled or torch._C._autograd._profiler_enabled():
+        return False
+    return all(t.device.type == "cpu" for t in _flat(args, {}) if isinstance(t, torch.Tensor))
+
+
+def _remember_scratch(key: Any, nbytes: int) -> None:
+    if len(_SCRATCH) >= _SCRATCH_SIZE:
+        _SCRATCH.pop(next(iter(_SCRATCH)))
+    _SCRATCH[key] = int(nbytes)
 _NEW_BYTES_CACHE: dict = {}
 _NEW_BYTES_CACHE_SIZE = 4096
 _COST_TABLE: dict = {}
@@ -995,8 +1072,8 @@ def dtr(budget: Any = None, heuristic: str = "h_dtr", max_replay_factor: float =
     budget : int, str, float or None
         Bytes (``4096``, ``"64MiB"``; :func:`remat_core.units.parse_bytes`)
         of activation memory: the storages that operators create inside the
-        block (parameters and inputs are not counted). A float in ``(0, 1]``
-        (or ``"0.5x"``) is a fraction of eager's activation memory, measured
+        block (parameters and inputs are not counted). A number in ``[0, 1]``
+        (``0.5``, ``"0.5x"``) is a fraction of eager's activation memory, measured
         on the runtime's first block: that block runs with tracking only and
         later blocks of the same runtime get the fraction of what it reached,
         so keep the runtime and enter it once per step
