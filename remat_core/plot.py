@@ -135,8 +135,9 @@ def plot_tradeoff_curves(
     for i, ((budgets, over), names) in enumerate(ordered):
         x = [b / scale for b in budgets] + [x_hi + pad]
         y = list(over) + [over[-1]]
-        ax.step(x, y, where="post", lw=1.6, marker=_MARKERS[i % len(_MARKERS)], ms=max(3.0, 8.0 - 1.0 * i),
-                markevery=list(range(len(budgets))), label=" = ".join(names), zorder=3 + i)
+        # open markers, shrinking with i: a point two curves share shows both markers, one inside the other
+        ax.step(x, y, where="post", lw=1.6, marker=_MARKERS[i % len(_MARKERS)], ms=max(4.0, 10.0 - 1.5 * i),
+                mfc="none", mew=1.5, markevery=list(range(len(budgets))), label=" = ".join(names), zorder=3 + i)
     if show_lower_bound:
         pts = sorted((r["budget_bytes"], 100.0 * (r["lower_bound"] / r["base_cost"] - 1)) for r in rows
                      if r["method"] == show_lower_bound and r.get("lower_bound") is not None and r.get("base_cost")
