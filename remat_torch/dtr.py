@@ -119,7 +119,7 @@ class _Value:
 
     __slots__ = ("tensor", "func", "args", "kwargs", "index", "siblings", "rng_state", "cost_s", "nbytes",
                  "base", "views", "last_access", "pins", "wrappers", "refs", "unevictable", "versions",
-                 "scratch", "__weakref__")
+                 "scratch", "parents_", "__weakref__")
 
     def __init__(self, func: Callable | None, args: Any, kwargs: Any, index: int, rng_state: Any, cost_s: list,
                  base: "_Value | None"):
@@ -138,6 +138,13 @@ class _Value:
         self.unevictable = func is None   # no recipe: its data cannot be recomputed
         self.versions: tuple = ()    # (tensor, version) of the plain tensors its recipe reads
         self.scratch = 0             # bytes its operator allocates and frees while it runs (measured)
+        self.parents_: list | None = None
+
+    def parents(self) -> list:
+        """The runtime values its recipe reads (found once: the eviction score walks them for every candidate)."""
+        if self.parents_ is None:
+            self.parents_ = [a for a in _flat(self.args, self.kwargs) if isinstance(a, _Value)]
+        return self.parents_
 
 
 class _Cell:
@@ -326,8 +333,8 @@ class DTRRuntime:
         seen, total, stack = {id(v)}, 0.0, [v]
         while stack and len(seen) < _ANCESTOR_LIMIT:
             x = stack.pop()
-            for a in _flat(x.args, x.kwargs):
-                if isinstance(a, _Value) and id(a) not in seen and a.tensor is None:
+            for a in x.parents():
+                if id(a) not in seen and a.tensor is None:
                     seen.add(id(a))
                     total += a.cost_s[1]
                     stack.append(a)
@@ -390,7 +397,7 @@ class DTRRuntime:
                         "that it reads was modified in place since, and no copy of its old data was kept")
                 subs = subs or {}
                 subs[id(t)] = snap[1].as_strided(t.size(), t.stride(), t.storage_offset() - root.storage_offset())
-        parents = [a for a in _flat(v.args, v.kwargs) if isinstance(a, _Value)]
+        parents = v.parents()
         done = []
         try:
             for p in parents:
@@ -776,7 +783,7 @@ class DTRRuntime:
             if v.base is not None:
                 keep_values[id(v.base)] = v.base
         for v in keep_values.values():
-            v.args = v.kwargs = v.versions = None
+            v.args = v.kwargs = v.versions = v.parents_ = None
             v.func, v.unevictable, v.siblings = None, True, []
         self._kept = list(keep_values.values())
         self._read_plain, self._snapshots = {}, {}
