@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import keras
@@ -15,7 +17,7 @@ from remat_core.units import budget_fraction, format_bytes, min_budget_bytes, re
 from .execute import apply_updates, run_plan, step_barrier
 from .graph import ExtractedGraph, _flat, extract_graph
 
-__all__ = ["rematerialize", "RematModel", "AUTO_FALLBACK_TIME_LIMIT_S"]
+__all__ = ["rematerialize", "RematModel", "Specialization", "AUTO_FALLBACK_TIME_LIMIT_S"]
 
 log = logging.getLogger(__name__)
 
@@ -23,14 +25,55 @@ log = logging.getLogger(__name__)
 AUTO_FALLBACK_TIME_LIMIT_S = 60.0
 
 
+@dataclass
+class Specialization:
+    """The plan of one batch shape (inputs and targets) and the step functions traced for it."""
+
+    eg: ExtractedGraph
+    result: Any
+    plan: Any
+    train_fn: Any = None
+    grad_fn: Any = None
+
+    budget_bytes = property(lambda self: int(self.result.budget_bytes))
+    predicted_peak_bytes = property(lambda self: int(self.result.peak_memory_bytes))
+
+
+def _key(xs: list, ys: list) -> tuple:
+    return (tuple((tuple(t.shape), t.dtype.name) for t in xs), tuple((tuple(t.shape), t.dtype.name) for t in ys))
+
+
+def _key_of_specs(eg: ExtractedGraph) -> tuple:
+    import tensorflow as tf
+
+    return (tuple((tuple(s), tf.as_dtype(d).name) for s, d in eg.input_specs),
+            tuple((tuple(s), tf.as_dtype(d).name) for s, d in eg.target_specs))
+
+
+def _describe(key: tuple) -> str:
+    return "inputs " + ", ".join(str(s) for s, _ in key[0]) + " and targets " + ", ".join(str(s) for s, _ in key[1])
+
+
 class RematModel(keras.Model):
     """A ``keras.Model`` whose training step follows a rematerialization plan.
 
     ``compile`` and ``fit`` work as for the wrapped model; ``train_step`` runs
-    the plan (layer by layer inside the ``tf.function`` Keras builds) and the
-    optimizer, and updates BatchNorm statistics once. ``predict``, ``evaluate``
-    and ``__call__`` run the wrapped model unchanged. The plan is specialized
-    to the example batch's shapes.
+    the plan (layer by layer inside a ``tf.function``) and the optimizer, and
+    updates BatchNorm statistics once. ``predict``, ``evaluate`` and
+    ``__call__`` run the wrapped model unchanged.
+
+    A plan is specialized to a batch shape. ``fit``, ``train_on_batch`` and
+    :meth:`compute_gradients` look at each batch before it runs: a shape seen
+    for the first time (another batch size, the last partial batch of an
+    epoch) is extracted and solved with the same ``budget`` (a fraction of
+    activation memory is resolved for that shape, a byte count stays the same),
+    and gets its own traced step; up to ``max_plans`` shapes are kept (least
+    recently used first out). A shape no plan fits is refused with
+    :class:`BudgetInfeasibleError` at every call; a fraction that a smaller
+    batch cannot meet is planned at that batch's smallest feasible budget
+    (with a warning) when that is within the first plan's budget bytes. Each
+    step is traced for one fully known shape, so Keras never runs a plan on
+    a batch it was not made for.
 
     Attributes
     ----------
@@ -40,13 +83,15 @@ class RematModel(keras.Model):
     result : remat_core.RematResult
     plan : remat_core.ExecutionPlan
     budget_bytes, predicted_peak_bytes : int
+        Of the first plan (the example batch's shape); see :meth:`specialization` for the others.
     """
 
-    def __init__(self, extracted: ExtractedGraph, result, plan, **kwargs):
+    def __init__(self, extracted: ExtractedGraph, result, plan, settings: dict | None = None, **kwargs):
         super().__init__(name=kwargs.pop("name", f"remat_{extracted.model.name}"), **kwargs)
         self.inner = extracted.model
-        self._remat = {"eg": extracted, "result": result, "plan": plan}
-        self._grad_fn = None
+        first = Specialization(extracted, result, plan)
+        self._remat = {"eg": extracted, "result": result, "plan": plan, "settings": dict(settings or {}),
+                       "plans": OrderedDict([(_key_of_specs(extracted), first)]), "refused": OrderedDict()}
         self.built = True
 
     extracted = property(lambda self: self._remat["eg"])
@@ -55,41 +100,26 @@ class RematModel(keras.Model):
     budget_bytes = property(lambda self: int(self._remat["result"].budget_bytes))
     predicted_peak_bytes = property(lambda self: int(self._remat["result"].peak_memory_bytes))
     run_info = property(lambda self: self._remat.get("info"), doc="RunInfo of the last traced step (or None).")
+    plans = property(lambda self: dict(self._remat["plans"]),
+                     doc="The cached specializations: ``(input shapes/dtypes, target shapes/dtypes) -> Specialization``.")
 
     @classmethod
     def from_extracted(cls, eg: ExtractedGraph, budget: Any = 1.0, method: str = "auto", hoist: bool = True,
-                       solver_options: dict | None = None) -> "RematModel":
+                       solver_options: dict | None = None, max_plans: int = 8) -> "RematModel":
         """Solve for a plan on an already extracted graph (see :func:`rematerialize` for the arguments).
 
         Extract once, then try several budgets or methods without tracing the model again.
         """
         if not isinstance(method, str):
             raise TypeError(f"`method` must be a string; got {method!r}")
-        graph = eg.graph
-        budget_bytes = resolve_budget(graph, budget)
-        options = dict(solver_options or {})
-        if method == "auto" and "auto" not in available_methods():
-            method = "ilp"
-            options.setdefault("time_limit_s", AUTO_FALLBACK_TIME_LIMIT_S)
-        lower, culprit = min_budget_bytes(graph)
-        result = None
-        if budget_bytes >= lower:
-            result = solve(graph, budget_bytes, method=method, **options)
-            if result.schedule is not None:
-                plan = make_plan(graph, result.schedule, hoist=hoist)
-                log.info("plan for %s: %s, predicted peak %s of budget %s", eg.model.name, plan,
-                         format_bytes(result.peak_memory_bytes), format_bytes(budget_bytes))
-                return cls(eg, result, plan)
-            lower = max(lower, int(result.stats.get("min_budget_bytes", 0) or 0))
-        layer = culprit[len("grad/"):] if culprit.startswith("grad/") else culprit
-        status = result.status.value if result is not None else "infeasible"
-        detail = f" ({result.message})" if result is not None and result.message else ""
-        raise BudgetInfeasibleError(
-            f"method {method!r} found no plan for model {eg.model.name!r} within `budget` {format_bytes(budget_bytes)} "
-            f"({budget_fraction(graph, budget_bytes):.3f} of activation memory): {status}{detail}. The smallest "
-            f"feasible budget is at least {format_bytes(lower)} ({budget_fraction(graph, lower):.3f} of activation "
-            f"memory), set by layer {layer!r} (node {culprit!r})",
-            result, budget_bytes=budget_bytes, min_budget_bytes=lower, culprit=layer)
+        if isinstance(max_plans, bool) or not isinstance(max_plans, int) or max_plans < 1:
+            raise ValueError(f"`max_plans` must be a positive integer; got {max_plans!r}")
+        result, plan = _solve_plan(eg, resolve_budget(eg.graph, budget), method, hoist, solver_options)
+        settings = {"budget": budget, "method": method, "hoist": hoist, "solver_options": dict(solver_options or {}),
+                    "max_plans": max_plans,
+                    "cost_model": {"flop": "flops", "s": "profile", "unit": "unit"}.get(eg.graph.meta.get("cost_unit"),
+                                                                                         "flops")}
+        return cls(eg, result, plan, settings=settings)
 
     def call(self, inputs, training=None):
         return self.inner(inputs, training=training)
@@ -107,22 +137,126 @@ class RematModel(keras.Model):
         kwargs["jit_compile"] = False
         super().compile(optimizer=optimizer, loss=eg.loss_fn, **kwargs)
 
-    def _check(self, xs, ys):
+    def specialization(self, x, y, plan_new: bool = True) -> Specialization:
+        """The plan this batch runs under (solved now if its shape is new and ``plan_new``).
+
+        Raises
+        ------
+        RematError
+            Wrong number of inputs or targets, or a shape that is not fully
+            known (inside a trace Keras relaxed to an unknown batch size).
+        BudgetInfeasibleError
+            No plan fits the budget for this shape (raised again at every call).
+        """
+        import tensorflow as tf
+
+        xs, ys = _flat(x, "x"), _flat(y, "y")
         eg = self.extracted
         for what, got, want in (("inputs", xs, eg.input_specs), ("targets", ys, eg.target_specs)):
             if len(got) != len(want):
                 raise RematError(f"the plan was made for {len(want)} {what}; got {len(got)}")
-            for t, (shape, _) in zip(got, want):
-                if t.shape.is_fully_defined() and tuple(t.shape) != tuple(shape):
-                    raise RematError(f"the plan was made for {what} of shape {tuple(shape)}; got {tuple(t.shape)} "
-                                     "(re-run rematerialize for this batch shape, or drop the last partial batch)")
+        if not all(t.shape.is_fully_defined() for t in xs + ys):
+            raise RematError(
+                f"a rematerialized step needs fully known shapes; got {[tuple(t.shape) for t in xs + ys]} (a plan is "
+                "made per batch shape: fit, train_on_batch and compute_gradients trace one step per shape)")
+        key = _key(xs, ys)
+        plans, refused = self._remat["plans"], self._remat["refused"]
+        if key in plans:
+            plans.move_to_end(key)
+            return plans[key]
+        if key in refused:
+            raise refused[key]
+        if not plan_new or not tf.executing_eagerly():
+            raise RematError(f"no plan for {_describe(key)} (shapes are planned before a step is traced: use fit, "
+                             "train_on_batch or compute_gradients)")
+        try:
+            spec = self._plan_shape(xs, ys, key)
+        except BudgetInfeasibleError as exc:
+            refused[key] = exc
+            while len(refused) > 64:
+                refused.popitem(last=False)
+            raise
+        plans[key] = spec
+        while len(plans) > self._remat["settings"].get("max_plans", 8):
+            plans.popitem(last=False)
+        return spec
+
+    def _plan_shape(self, xs: list, ys: list, key: tuple) -> Specialization:
+        st = self._remat["settings"]
+        eg = extract_graph(self.inner, xs, ys, self.extracted.loss_spec, cost_model=st.get("cost_model", "flops"))
+        budget = st.get("budget", 1.0)
+        budget_bytes = resolve_budget(eg.graph, budget)
+        log.info("new batch shape (%s): solving a plan at %s", _describe(key), format_bytes(budget_bytes))
+        args = (st.get("method", "auto"), st.get("hoist", True), st.get("solver_options"))
+        try:
+            result, plan = _solve_plan(eg, budget_bytes, *args)
+        except BudgetInfeasibleError as exc:
+            # a fraction weighs the always-resident part more in a small (last) batch: plan it at its own smallest
+            # budget as long as that stays within the first plan's bytes, which the user accepted
+            lower = int(exc.min_budget_bytes or 0)
+            if not isinstance(budget, float) or not lower or lower > self.budget_bytes:
+                raise BudgetInfeasibleError(f"batch of {_describe(key)} refused: {exc}", exc.result,
+                                            budget_bytes=exc.budget_bytes, min_budget_bytes=exc.min_budget_bytes,
+                                            culprit=exc.culprit) from None
+            log.warning("no plan for %s at %.3f of its activation memory; planned at its smallest feasible budget "
+                        "%s, within the first plan's %s", _describe(key), budget, format_bytes(lower),
+                        format_bytes(self.budget_bytes))
+            result, plan = _solve_plan(eg, lower, *args)
+        return Specialization(eg, result, plan)
 
     def _step(self, x, y):
-        xs, ys = _flat(x, "x"), _flat(y, "y")
-        self._check(xs, ys)
-        r = run_plan(self.extracted, self.plan, xs, ys)
+        spec = self.specialization(x, y, plan_new=False)
+        r = run_plan(spec.eg, spec.plan, _flat(x, "x"), _flat(y, "y"))
         self._remat["info"] = r.info
-        return r
+        return r, spec
+
+    def make_train_function(self, force=False):
+        """A train function that plans each new batch shape and runs a step traced for exactly that shape.
+
+        Keras's own traces relax to an unknown batch size after a few shapes,
+        and a plan cannot be chosen for a batch of unknown size; here every
+        batch is looked at eagerly before its (cached) traced step runs.
+        """
+        if self.train_function is not None and not force:
+            return self.train_function
+        import tensorflow as tf
+        from keras import tree
+
+        # a traced step holds the optimizer and metrics of the compile it was traced under: drop them all
+        for spec in self._remat["plans"].values():
+            spec.train_fn = None
+        from keras.src.trainers.data_adapters.data_adapter_utils import unpack_x_y_sample_weight
+
+        def one_step(data):
+            data = tree.map_structure(lambda t: t if t is None else tf.convert_to_tensor(t), data)
+            x, y, _ = unpack_x_y_sample_weight(data)
+            spec = self.specialization(x, y)
+            if self.run_eagerly:
+                return self.train_step(data)
+            if spec.train_fn is None:
+                spec.train_fn = tf.function(self.train_step, autograph=False, jit_compile=False)
+            return spec.train_fn(data)
+
+        def function(iterator):
+            outputs = None
+            for _ in range(self.steps_per_execution):
+                if isinstance(iterator, (tf.data.Iterator, tf.distribute.DistributedIterator)):
+                    nxt = iterator.get_next_as_optional()
+                    if not nxt.has_value():
+                        break
+                    data = nxt.get_value()
+                else:
+                    try:
+                        data = next(iterator)
+                    except StopIteration:
+                        break
+                outputs = one_step(data)
+            if outputs is None:
+                raise StopIteration
+            return outputs
+
+        self.train_function = function
+        return function
 
     def train_step(self, data):
         import tensorflow as tf
@@ -131,10 +265,11 @@ class RematModel(keras.Model):
 
         x, y, sample_weight = unpack_x_y_sample_weight(data)
         if sample_weight is not None:
-            raise RematError("sample weights are not supported by the rematerialized training step")
-        r = self._step(x, y)
+            raise RematError("`sample_weight` is not supported by the rematerialized training step (nor "
+                             "`class_weight`, which Keras turns into sample weights); weight the loss instead")
+        r, spec = self._step(x, y)
         self._loss_tracker.update_state(r.loss, sample_weight=tf.shape(_flat(x, "x")[0])[0])
-        eg = self.extracted
+        eg = spec.eg
         # the weights change only after every op of the step ran (see step_barrier)
         with tf.control_dependencies(step_barrier(r)):
             self.optimizer.apply_gradients(zip(r.grads, eg.variables))
@@ -143,10 +278,11 @@ class RematModel(keras.Model):
         return self.compute_metrics(x, y, y_pred, sample_weight=None)
 
     def compute_gradients(self, x, y):
-        """Loss and weight gradients of one batch under the plan: ``(loss, grads)``.
+        """Loss and weight gradients of one batch under the plan for its shape: ``(loss, grads)``.
 
         ``grads`` follows ``self.trainable_variables``. Like a training step,
         it updates non-trainable state (BatchNorm statistics, dropout seeds) once.
+        A new batch shape is planned first (see the class docstring).
 
         Examples
         --------
@@ -154,16 +290,48 @@ class RematModel(keras.Model):
         >>> optimizer.apply_gradients(zip(grads, rm.trainable_variables))       # doctest: +SKIP
         """
         import tensorflow as tf
+        from keras import tree
 
-        if self._grad_fn is None:
+        x = tree.map_structure(tf.convert_to_tensor, x)
+        y = tree.map_structure(tf.convert_to_tensor, y)
+        spec = self.specialization(x, y)
+        if spec.grad_fn is None:
             def fn(x, y):
-                r = self._step(x, y)
+                r, _ = self._step(x, y)
                 with tf.control_dependencies(step_barrier(r)):
                     apply_updates(r.updates)
                 return r.loss, r.grads
 
-            self._grad_fn = tf.function(fn, autograph=False, jit_compile=False)
-        return self._grad_fn(x, y)
+            spec.grad_fn = tf.function(fn, autograph=False, jit_compile=False)
+        return spec.grad_fn(x, y)
+
+
+def _solve_plan(eg: ExtractedGraph, budget_bytes: int, method: str, hoist: bool, solver_options: dict | None):
+    """``(result, plan)`` for ``eg`` within ``budget_bytes``, or :class:`BudgetInfeasibleError`."""
+    graph = eg.graph
+    options = dict(solver_options or {})
+    if method == "auto" and "auto" not in available_methods():
+        method = "ilp"
+        options.setdefault("time_limit_s", AUTO_FALLBACK_TIME_LIMIT_S)
+    lower, culprit = min_budget_bytes(graph)
+    result = None
+    if budget_bytes >= lower:
+        result = solve(graph, budget_bytes, method=method, **options)
+        if result.schedule is not None:
+            plan = make_plan(graph, result.schedule, hoist=hoist)
+            log.info("plan for %s: %s, predicted peak %s of budget %s", graph.name, plan,
+                     format_bytes(result.peak_memory_bytes), format_bytes(budget_bytes))
+            return result, plan
+        lower = max(lower, int(result.stats.get("min_budget_bytes", 0) or 0))
+    layer = culprit[len("grad/"):] if culprit.startswith("grad/") else culprit
+    status = result.status.value if result is not None else "infeasible"
+    detail = f" ({result.message})" if result is not None and result.message else ""
+    raise BudgetInfeasibleError(
+        f"method {method!r} found no plan for model {eg.model.name!r} within `budget` {format_bytes(budget_bytes)} "
+        f"({budget_fraction(graph, budget_bytes):.3f} of activation memory): {status}{detail}. The smallest "
+        f"feasible budget is at least {format_bytes(lower)} ({budget_fraction(graph, lower):.3f} of activation "
+        f"memory), set by layer {layer!r} (node {culprit!r})",
+        result, budget_bytes=budget_bytes, min_budget_bytes=lower, culprit=layer)
 
 
 def rematerialize(
@@ -176,6 +344,7 @@ def rematerialize(
     cost_model: str = "flops",
     hoist: bool = True,
     solver_options: dict | None = None,
+    max_plans: int = 8,
 ) -> RematModel:
     """Make a Keras model train inside a memory budget.
 
@@ -201,6 +370,9 @@ def rematerialize(
         Free every value right after its last use (default).
     solver_options : dict, optional
         Passed to :func:`remat_core.solve` (for example ``{"time_limit_s": 30}``).
+    max_plans : int
+        Batch shapes whose plans (and traced steps) are kept; each new shape
+        is planned on first sight (see :class:`RematModel`).
 
     Returns
     -------
@@ -227,4 +399,5 @@ def rematerialize(
     2
     """
     eg = extract_graph(model, example_inputs, example_targets, loss, cost_model=cost_model)
-    return RematModel.from_extracted(eg, budget=budget, method=method, hoist=hoist, solver_options=solver_options)
+    return RematModel.from_extracted(eg, budget=budget, method=method, hoist=hoist, solver_options=solver_options,
+                                     max_plans=max_plans)
