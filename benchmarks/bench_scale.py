@@ -376,6 +376,8 @@ def main() -> None:
                          "nodes; --graphs/--fractions/--limits narrow it, --append adds to its results")
     ap.add_argument("--references", action="store_true",
                     help="ilp references on small graphs for docs/large_graphs.rst (results/scale_references.json)")
+    ap.add_argument("--planning", action="store_true",
+                    help="the default auto call's wall time on 119-181-node zoo models (section scale-planning)")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -403,6 +405,9 @@ def main() -> None:
         return
     if args.references:
         references_main()
+        return
+    if args.planning:
+        planning_main()
         return
     json_path = os.path.join(RESULTS, "scale.json")
     if args.report_only:
@@ -494,6 +499,43 @@ def references_main() -> None:
             print(json.dumps(row), flush=True)
             save_json("scale_references", {"meta": {"machine": machine_line(), "command": command_line()},
                                            "rows": rows})
+
+
+#: Issue 36's planning time: the default auto call (time_limit_s=60) on the zoo's 119-181-node models.
+PLANNING = {"graphs": ["torch_transformer_b4", "torch_unet_b1", "torch_mobilenet_b2", "keras_mobilenet"],
+            "fractions": (0.5, 0.3, 0.05)}
+
+
+def planning_main() -> None:
+    """Wall time of ``solve(g, budget, method="auto")`` with its defaults, each in this process after the graph
+    is loaded; results/scale_planning.json and the README section scale-planning."""
+    from remat_core import solve
+    from remat_core.units import resolve_budget
+    from remat_core.zoo import zoo_graph
+
+    rows = []
+    for name in PLANNING["graphs"]:
+        g = zoo_graph(name)
+        for frac in PLANNING["fractions"]:
+            load = round(os.getloadavg()[0], 1)
+            t0 = time.perf_counter()
+            r = solve(g, resolve_budget(g, frac), method="auto")
+            rows.append({"graph": name, "n": g.n, "fraction": frac, "status": r.status.value,
+                         "wall_s": time.perf_counter() - t0, "load": load, "path": r.stats.get("path"),
+                         "gap": r.stats.get("gap"), "chosen": r.stats.get("chosen")})
+            print(json.dumps(rows[-1]), flush=True)
+    meta = {"machine": machine_line(), "command": command_line()}
+    save_json("scale_planning", {"meta": meta, "rows": rows})
+    body = [[r["graph"], r["n"], r["fraction"], r["status"], f"{r['wall_s']:.1f}",
+             "-" if r["gap"] is None else f"{100 * r['gap']:.1f}%", r["path"], r["chosen"] or "-", r["load"]]
+            for r in rows]
+    write_section("scale-planning", "\n".join([
+        "## scale-planning: the default auto call on 119-181-node models (issues 36, 37)", "",
+        f"Measured on {meta['machine']}; `{meta['command']}`; `solve(g, budget, method=\"auto\")` with its "
+        "defaults (`time_limit_s` 60, `stop_gap` 5%, `patience_s` 8 s); *load*: one-minute load average at the "
+        "start of each call, on 2 cores. *gap*: cost over auto's lower bound minus one (none: optimal or no "
+        "schedule).", "",
+        table(["graph", "nodes", "budget", "status", "wall s", "gap", "path", "chosen", "load"], body)]))
 
 
 def layered_main(args) -> None:
