@@ -97,7 +97,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from remat_core.errors import BudgetInfeasibleError
 from remat_core.units import _as_fraction, format_bytes, parse_bytes
-from remat_torch.meter import AllocatorMeter
+from remat_torch.meter import AllocatorMeter, _native_stderr_silenced
 
 __all__ = ["dtr", "DTRRuntime", "DTRTensor", "activation_peak_bytes", "HEURISTICS"]
 
@@ -462,7 +462,8 @@ class DTRRuntime:
                 # the first call of an operator on arguments of this signature: measure what it allocates
                 # beyond its outputs (convolution's reordered copies, a reduction's buffers), which is
                 # counted from here on (allocated memory must stay within the budget, not only outputs)
-                with AllocatorMeter() as meter:
+                # (the allocator warns on C-level stderr when the call frees a block from before the meter)
+                with _native_stderr_silenced(), AllocatorMeter() as meter:
                     start = time.perf_counter()
                     out = func(*args, **kwargs)
                     elapsed = time.perf_counter() - start
