@@ -96,3 +96,18 @@ def test_a_trace_with_unknown_batch_is_refused():
     fn = tf.function(lambda a, b: rm.train_step((a, b)), autograph=False)
     with pytest.raises(RematError, match="fully known shapes"):
         fn.get_concrete_function(tf.TensorSpec((None, 16), "float32"), tf.TensorSpec((None,), "int64"))
+
+
+def test_sample_weights_and_regularizers_are_refused_by_name():
+    keras.utils.set_random_seed(0)
+    x, y = data(64)
+    rm = remat_tf.rematerialize(mlp(), x, y, loss=LOSS, budget=1.0, method="checkpoint-all")
+    rm.compile(optimizer="sgd")
+    with pytest.raises(RematError, match="`sample_weight`"):
+        rm.fit(x, y, sample_weight=np.ones(64), batch_size=64, verbose=0)
+    with pytest.raises(RematError, match="`class_weight`"):
+        rm.fit(x, y, class_weight={0: 1.0, 1: 2.0, 2: 1.0, 3: 1.0}, batch_size=64, verbose=0)
+    inp = keras.Input((16,))
+    reg = keras.Model(inp, layers.Dense(4, kernel_regularizer="l2", name="dense_l2")(inp))
+    with pytest.raises(remat_tf.UnsupportedModelError, match="dense_l2.*kernel_regularizer"):
+        remat_tf.rematerialize(reg, x, y, loss=LOSS, method="checkpoint-all")
