@@ -136,7 +136,7 @@ def _alias_targets():
         _ALIAS_TARGETS = {aten.view, aten._unsafe_view, aten.reshape, aten.t, aten.transpose, aten.permute,
                           aten.expand, aten.squeeze, aten.unsqueeze, aten.alias, aten.slice, aten.select,
                           aten.as_strided, aten.split, aten.split_with_sizes, aten.unbind, aten.view_as_real,
-                          aten.view_as_complex, aten.diagonal, aten.narrow, prims.broadcast_in_dim}
+                          aten.view_as_complex, aten.diagonal, aten.narrow, aten.detach, prims.broadcast_in_dim}
     return _ALIAS_TARGETS
 
 
@@ -326,7 +326,8 @@ def _materialized_in(graph: fx.Graph, fused: bool, keep: set | None = None) -> s
 
 
 def module_peak_bytes(graph: fx.Graph, fused: bool, counted_inputs: set | None = None,
-                      keep: set | None = None) -> tuple[int, int, dict]:
+                      keep: set | None = None, input_bytes: dict | None = None,
+                      alias_of: dict | None = None) -> tuple[int, int, dict]:
     """Liveness simulation of one compiled graph: ``(peak, bytes held at exit, outputs' bytes by node)``.
 
     Inputs in ``counted_inputs`` are live at entry and freed after their last
@@ -337,7 +338,10 @@ def module_peak_bytes(graph: fx.Graph, fused: bool, counted_inputs: set | None =
     kernel, which allocates all its materialized outputs before it runs and
     frees the buffers whose last reader it was after. A kernel output of the
     same size as a buffer dying in that kernel is written in place of it
-    (Inductor's buffer reuse). Nodes named in ``keep`` are taken as
+    (Inductor's buffer reuse). ``input_bytes`` gives a counted input's size
+    when it differs from its value's (a view keeps its whole base alive);
+    ``alias_of`` maps an input to another input sharing its storage (counted
+    once, alive until the last reader of either). Nodes named in ``keep`` are taken as
     materialized even where fusion could inline them: forward values
     recomputed in a backward are, in what Inductor generates, often computed
     in kernels of their own, earlier than their readers.
@@ -358,9 +362,17 @@ def module_peak_bytes(graph: fx.Graph, fused: bool, counted_inputs: set | None =
         open_run = pointwise
     out_node = nodes[-1]
     step[out_node] = k + 1
+    input_bytes = input_bytes or {}
+    alias_of = alias_of or {}
+
+    def size(n) -> int:
+        return input_bytes.get(n, _nbytes(n)) if n.op == "placeholder" else _nbytes(n)
+
     storage: dict = {}   # node -> frozenset of buffer-owning nodes its value reads
     for n in nodes:
-        if n.op == "placeholder" or n in mat:
+        if n.op == "placeholder":
+            storage[n] = frozenset([alias_of.get(n, n)])
+        elif n in mat:
             storage[n] = frozenset([n])
         elif n.op == "call_function":
             storage[n] = frozenset().union(*[storage.get(a, frozenset()) for a in n.all_input_nodes])
@@ -373,8 +385,8 @@ def module_peak_bytes(graph: fx.Graph, fused: bool, counted_inputs: set | None =
     held = set()
     for a in out_node.all_input_nodes:
         held |= storage.get(a, frozenset())
-    alive = {p for p in nodes if p.op == "placeholder" and p in counted_inputs}
-    live = sum(_nbytes(p) for p in alive)
+    alive = {p for p in nodes if p.op == "placeholder" and p in counted_inputs and p not in alias_of}
+    live = sum(size(p) for p in alive)
     peak = live
     by_step: dict = {}
     for n in nodes:
@@ -383,14 +395,14 @@ def module_peak_bytes(graph: fx.Graph, fused: bool, counted_inputs: set | None =
     for k in sorted(by_step):
         outs = by_step[k]
         dying = [s for s in alive if last.get(s, -1) == k and s not in held]
-        free_sizes = sorted((_nbytes(s) for s in dying if s.op != "placeholder" or fused), reverse=True)
+        free_sizes = sorted((size(s) for s in dying if s.op != "placeholder" or fused), reverse=True)
         new = 0
         for n in outs:
-            size = _nbytes(n)
-            if fused and size in free_sizes:
-                free_sizes.remove(size)     # written in place of a dying buffer
+            nb = _nbytes(n)
+            if fused and nb in free_sizes:
+                free_sizes.remove(nb)     # written in place of a dying buffer
             else:
-                new += size
+                new += nb
         peak = max(peak, live + new + max(_workspace(n) for n in outs))
         if _TRACE is not None:
             _TRACE.append((k, live + new, [(n.name, _nbytes(n)) for n in outs], [(d.name, _nbytes(d)) for d in dying]))
@@ -399,14 +411,16 @@ def module_peak_bytes(graph: fx.Graph, fused: bool, counted_inputs: set | None =
             live += _nbytes(n)
         for s in dying:
             alive.discard(s)
-            live -= _nbytes(s)
+            live -= size(s)
         for n in outs:
             if last.get(n, -1) <= k and n not in held:   # nobody reads it after this kernel
                 alive.discard(n)
                 live -= _nbytes(n)
     out_bytes = {}
     for a in out_node.all_input_nodes:
-        out_bytes[a.name] = sum(_nbytes(s) for s in storage.get(a, ()))
+        # an output viewing an uncounted input (a parameter's transpose) costs nothing here
+        out_bytes[a.name] = (sum(size(s) for s in storage.get(a, ())
+                                 if s.op != "placeholder" or s in counted_inputs), frozenset(storage.get(a, ())))
     return peak, live, out_bytes
 
 
@@ -496,11 +510,23 @@ def _evaluate(fw: fx.GraphModule, bw: fx.GraphModule, num_fwd_outputs: int, fw_n
     bw_inputs = [n for n in bw.graph.nodes if n.op == "placeholder"]
     saved_names = {n.name for n in bw_inputs}
     bw_inputs = [n for n in bw_inputs if n.name not in primals]   # parameters and inputs: already resident
-    saved_bytes = sum(_nbytes(n) for n in bw_inputs if not n.name.startswith("tangents"))
+    # saved values sharing a forward buffer (a value and its views or detach) hold that buffer once, whole
+    first_by_storage: dict = {}
+    alias_of, input_bytes = {}, {}
+    for n in bw_inputs:
+        nbytes, key = fw_out.get(n.name, (_nbytes(n), frozenset([n.name])))
+        input_bytes[n] = nbytes
+        if key and len(key) == 1 and key in first_by_storage:
+            alias_of[n] = first_by_storage[key]
+        elif key and len(key) == 1:
+            first_by_storage[key] = n
+    saved_bytes = sum(input_bytes[n] for n in bw_inputs if n not in alias_of and not n.name.startswith("tangents"))
     # what the caller holds through the backward: the forward's own outputs that are not also saved
-    user_only = sum(fw_out.get(n.name, 0) for n in fw_outputs[:num_fwd_outputs] if n.name not in saved_names)
-    bw_peak, bw_end, bw_out = module_peak_bytes(bw.graph, fused, counted_inputs=set(bw_inputs))
-    grads = sum(bw_out.values())
+    user_only = sum(fw_out[n.name][0] for n in fw_outputs[:num_fwd_outputs]
+                    if n.name not in saved_names and n.name in fw_out)
+    bw_peak, bw_end, bw_out = module_peak_bytes(bw.graph, fused, counted_inputs=set(bw_inputs),
+                                                input_bytes=input_bytes, alias_of=alias_of)
+    grads = sum(v[0] for v in bw_out.values())
     recomputed = [n for n in bw.graph.nodes if n.op == "call_function" and n.name in fw_names]
     mat = _materialized_in(bw.graph, fused)
     cost = sum(_cost(n) if (n in mat or not fused) else float(_numel(n)) for n in recomputed)
