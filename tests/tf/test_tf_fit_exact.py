@@ -87,8 +87,19 @@ def test_zeropad_conv_chain_recomputes_without_cycle():
 
 # MobileNetV2 at 64x64 with batches of 8: at 32x32 with 4 its last BatchNorms normalize 4 values each, and
 # three SGD steps amplify round-off (plain Keras against itself eagerly: 1e-5 relative) past any fair tolerance
-@pytest.mark.parametrize("build,size,batch,where,method", [(zeropad_chain, 16, 4, 0.2, "ilp"),
-                                                           (mobilenet, 64, 8, 0.3, "linearized-greedy")])
+def app(name):
+    def build(size):
+        return getattr(keras.applications, name)(input_shape=(size, size, 3), weights=None, classes=4,
+                                                 classifier_activation=None)
+    return build
+
+
+@pytest.mark.parametrize("build,size,batch,where,method", [
+    (zeropad_chain, 16, 4, 0.2, "ilp"),
+    (mobilenet, 64, 8, 0.3, "linearized-greedy"),
+    pytest.param(app("ResNet50"), 64, 4, 0.3, "linearized-greedy", marks=pytest.mark.slow),
+    pytest.param(app("DenseNet121"), 64, 4, 0.3, "linearized-greedy", marks=pytest.mark.slow),
+])
 def test_fit_equals_plain_fit_float64(float64, build, size, batch, where, method):
     keras.utils.set_random_seed(0)
     model = build(size)
