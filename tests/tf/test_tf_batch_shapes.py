@@ -69,6 +69,14 @@ def test_partial_last_batch_trains_like_plain_fit():
     np.testing.assert_allclose(got, want, rtol=1e-10)
     for a, b in zip(model.variables, plain.variables):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-9, atol=1e-12)
+    # train_on_batch (a shape of its own), then evaluate and predict: the same as plain Keras
+    got = rm.train_on_batch(x[:20], y[:20])
+    want = plain.train_on_batch(x[:20], y[:20])
+    np.testing.assert_allclose(got, want, rtol=1e-10)
+    np.testing.assert_allclose(rm.evaluate(x, y, batch_size=32, verbose=0),
+                               plain.evaluate(x, y, batch_size=32, verbose=0), rtol=1e-10)
+    np.testing.assert_allclose(rm.predict(x, batch_size=32, verbose=0), plain.predict(x, batch_size=32, verbose=0),
+                               rtol=1e-9, atol=1e-12)
 
 
 def test_a_shape_without_plan_is_refused_at_every_call():
