@@ -87,6 +87,18 @@ def test_zeropad_conv_chain_recomputes_without_cycle():
 
 # MobileNetV2 at 64x64 with batches of 8: at 32x32 with 4 its last BatchNorms normalize 4 values each, and
 # three SGD steps amplify round-off (plain Keras against itself eagerly: 1e-5 relative) past any fair tolerance
+def transformer(size):
+    """Two pre-norm encoder blocks (MultiHeadAttention, no dropout) over size*size tokens of the image's pixels."""
+    inp = keras.Input((size, size, 3))
+    x = layers.Dense(16)(layers.Reshape((size * size, 3))(inp))
+    for _ in range(2):
+        h = layers.LayerNormalization()(x)
+        x = layers.Add()([x, layers.MultiHeadAttention(num_heads=2, key_dim=8)(h, h)])
+        h = layers.LayerNormalization()(x)
+        x = layers.Add()([x, layers.Dense(16)(layers.Dense(32, activation="gelu")(h))])
+    return keras.Model(inp, layers.Dense(4)(layers.GlobalAveragePooling1D()(x)), name="transformer")
+
+
 def app(name):
     def build(size):
         return getattr(keras.applications, name)(input_shape=(size, size, 3), weights=None, classes=4,
@@ -97,6 +109,7 @@ def app(name):
 @pytest.mark.parametrize("build,size,batch,where,method", [
     (zeropad_chain, 16, 4, 0.2, "ilp"),
     (mobilenet, 64, 8, 0.3, "linearized-greedy"),
+    (transformer, 4, 8, 0.3, "ilp"),
     pytest.param(app("ResNet50"), 64, 4, 0.3, "linearized-greedy", marks=pytest.mark.slow),
     pytest.param(app("DenseNet121"), 64, 4, 0.3, "linearized-greedy", marks=pytest.mark.slow),
 ])
