@@ -214,6 +214,24 @@ def _sum(ts: list):
     return ts[0] if len(ts) == 1 else tf.add_n(ts)
 
 
+def total_loss(eg: ExtractedGraph, flat_pred: list, targets: list):
+    """The training loss as ``compile(loss=...)`` computes it.
+
+    A loss given by name or as a ``keras.losses.Loss`` for a model with
+    several outputs (and one target each) applies to every output and the
+    values are summed in output order, as Keras's ``CompileLoss`` does
+    (packing the outputs into one tensor fails when their shapes differ). A
+    plain function receives the structures of targets and outputs.
+    """
+    import keras
+
+    per_output = isinstance(eg.loss_spec, (str, keras.losses.Loss))
+    if per_output and len(flat_pred) > 1 and len(targets) == len(flat_pred):
+        values = [eg.loss_fn(t, p) for t, p in zip(targets, flat_pred)]
+        return sum(values[1:], values[0])
+    return eg.loss_fn(*loss_structs(eg, flat_pred, targets))
+
+
 def loss_structs(eg: ExtractedGraph, flat_pred: list, targets: list) -> tuple:
     """``(y_true, y_pred)`` as the loss takes them: the model's output structure (a tensor for one output)."""
     from keras import tree
@@ -301,14 +319,13 @@ def run_plan(eg: ExtractedGraph, plan: ExecutionPlan, inputs: list, targets: lis
                 value = outs
             elif kind == "loss":
                 flat = [regs[dep_reg[oc]].outs[o] for oc, o in eg.outputs]
-                y_true, y_struct = loss_structs(eg, flat, targets)
                 # a softmax output carries its logits and Keras's cross-entropies read those: the loss
                 # gradient then enters the output layer at its logits
                 logits = [getattr(t, "_keras_logits", None) for t in flat]
                 with tf.GradientTape() as tape:
                     for t in flat + [t for t in logits if t is not None]:
                         tape.watch(t)
-                    loss = eg.loss_fn(y_true, y_struct)
+                    loss = total_loss(eg, flat, targets)
                 sources = flat + [t for t in logits if t is not None]
                 grads = tape.gradient(loss, sources, unconnected_gradients=tf.UnconnectedGradients.ZERO)
                 dys, dlogits = grads[:len(flat)], iter(grads[len(flat):])

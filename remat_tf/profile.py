@@ -41,7 +41,7 @@ def profile_costs(eg: Any, inputs: list, targets: list, warmup: int = 2, repeats
     """Wall-clock seconds of every node of ``eg.graph`` (see the module docstring)."""
     import tensorflow as tf
 
-    from .execute import _forward, _FwdValue, _vjp, loss_structs
+    from .execute import _forward, _FwdValue, _vjp, total_loss
 
     values: dict[int, list] = {}
     cost = np.zeros(eg.graph.n)
@@ -67,7 +67,7 @@ def profile_costs(eg: Any, inputs: list, targets: list, warmup: int = 2, repeats
         with tf.GradientTape() as tape:
             for t in preds:
                 tape.watch(t)
-            loss = eg.loss_fn(*loss_structs(eg, preds, list(a[len(flat):])))
+            loss = total_loss(eg, preds, list(a[len(flat):]))
         return loss, tape.gradient(loss, preds)
 
     cost[eg.loss_index] = _time(tf.function(loss_and_grad, autograph=False), flat + list(targets), warmup, repeats)

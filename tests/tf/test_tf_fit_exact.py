@@ -195,3 +195,34 @@ def test_weight_updates_follow_every_read_after_grappler(float64):
     unordered = [(r, w) for res, ws in writes.items() for w in ws for r in reads.get(res, [])
                  if r not in nx.ancestors(g, w)]
     assert not unordered, unordered[:5]
+
+
+def test_shared_layer_two_inputs_two_outputs_fit_equals_plain_fit(float64):
+    keras.utils.set_random_seed(0)
+    a, b = keras.Input((12,)), keras.Input((12,))
+    shared = layers.Dense(24, activation="tanh", name="shared")
+    ha, hb = shared(a), shared(b)
+    h = layers.Concatenate()([layers.Dense(24, activation="relu")(ha), layers.Dense(24, activation="relu")(hb)])
+    for _ in range(3):
+        h = layers.Dense(24, activation="relu")(h)
+    model = keras.Model([a, b], [layers.Dense(2, name="o1")(h), layers.Dense(3, name="o2")(shared(h[:, :12]))])
+    rng = np.random.default_rng(0)
+    x = [rng.standard_normal((24, 12)), rng.standard_normal((24, 12))]
+    y = [rng.standard_normal((24, 2)), rng.standard_normal((24, 3))]
+    w0 = [v.numpy().copy() for v in model.variables]
+    eg = remat_tf.extract_graph(model, [t[:8] for t in x], [t[:8] for t in y], "mse")
+    rm = remat_tf.RematModel.from_extracted(eg, budget=_budget(eg, 0.2), method="ilp",
+                                            solver_options={"time_limit_s": 20})
+    assert rm.plan.compute_counts().sum() > eg.graph.n
+    plain = keras.models.clone_model(model)
+    plain.set_weights(w0)
+    plain.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", jit_compile=False)
+    want = plain.fit(x, y, batch_size=8, shuffle=False, verbose=0).history["loss"]
+    for _ in range(2):
+        for v, w in zip(model.variables, w0):
+            v.assign(w)
+        rm.compile(optimizer=keras.optimizers.SGD(0.05))
+        got = rm.fit(x, y, batch_size=8, shuffle=False, verbose=0).history["loss"]
+        np.testing.assert_allclose(got, want, rtol=1e-10)
+        for v, p in zip(model.variables, plain.variables):
+            np.testing.assert_allclose(v.numpy(), p.numpy(), rtol=1e-9, atol=1e-12)
