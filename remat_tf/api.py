@@ -69,7 +69,7 @@ class RematModel(keras.Model):
     activation memory is resolved for that shape, a byte count stays the same),
     and gets its own traced step; up to ``max_plans`` shapes are kept (least
     recently used first out). A shape no plan fits is refused with
-    :class:`BudgetInfeasibleError` at every call; a fraction that a smaller
+    :class:`remat_core.errors.BudgetInfeasibleError` at every call; a fraction that a smaller
     batch cannot meet is planned at that batch's smallest feasible budget
     (with a warning) when that is within the first plan's budget bytes. Each
     step is traced for one fully known shape, so Keras never runs a plan on

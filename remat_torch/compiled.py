@@ -81,7 +81,7 @@ class CompiledBudgetError(RematError, ValueError):
 
 @dataclasses.dataclass
 class CompiledPlan:
-    """What the partitioner chose for one joint graph (kept in :attr:`RematPartitioner.plans`).
+    """What the partitioner chose for one joint graph (kept in ``RematPartitioner.plans``).
 
     Byte counts are above the level before the step (parameters and inputs not
     counted). ``budget_bytes`` is the promise; ``predicted_peak_bytes`` the
@@ -627,7 +627,7 @@ class RematPartitioner(_PartitionerBase):
     Called like ``min_cut_rematerialization_partition`` (joint module, joint
     inputs, ``num_fwd_outputs=``, ``static_lifetime_input_indices=``) and returns
     the forward and backward modules. Every plan it chose is appended to
-    :attr:`plans` (a :class:`CompiledPlan`).
+    ``plans`` (a :class:`CompiledPlan`).
 
     Parameters
     ----------
@@ -665,7 +665,7 @@ class RematPartitioner(_PartitionerBase):
         """Inductor's cache key for graphs partitioned here.
 
         With ``cache=False`` (the default) it is unique to this partitioner, so
-        every compile plans afresh and records its plan in :attr:`plans`
+        every compile plans afresh and records its plan in ``plans``
         (compiled kernels are still cached). With ``cache=True`` it is a hash
         of this file and the settings: a later process compiling the same graph
         reuses the plan and the compiled code without calling the partitioner.

@@ -180,9 +180,11 @@ class DTRTensor(torch.Tensor):
 
     # methods that read the data directly (not through an operator): on the data itself
     def tolist(self) -> Any:
+        """The values as (nested) Python lists, materialized first if evicted."""
         return self._rt.materialize(self._v).tolist()
 
     def numpy(self, *, force: bool = False) -> Any:
+        """The values as a NumPy array, materialized first if evicted (``force`` as in ``torch.Tensor.numpy``)."""
         if self.requires_grad and not force:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
         return self._rt.materialize(self._v).detach().numpy(force=force)
