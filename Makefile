@@ -17,7 +17,7 @@ demo: $(STAMP)
 	$(PY) -m remat_core.cli demo --out demo_out
 
 test: $(STAMP)
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --doctest-modules tests remat_core
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --doctest-modules tests remat_core
 
 docs: $(STAMP)
 	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html

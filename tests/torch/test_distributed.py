@@ -28,6 +28,9 @@ import sys
 import pytest
 
 torch = pytest.importorskip("torch")
+# one xdist worker runs this file (make test uses --dist loadgroup): its module fixtures then start the two
+# ranks once, not once per worker, four ranks at a time on a 2-core machine
+pytestmark = pytest.mark.xdist_group("distributed")
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
