@@ -56,7 +56,29 @@ class Free:
 Statement = Union[Compute, Free]
 
 
-class ExecutionPlan:
+class StatementList:
+    """What every plan form shares: its ``statements`` in order over ``num_nodes`` nodes (the host tier's
+    ``remat_core.host.HostPlan`` adds copy statements to the same list)."""
+
+    statements: tuple
+    num_nodes: int
+
+    def __iter__(self) -> Iterator[Statement]:
+        return iter(self.statements)
+
+    def __len__(self) -> int:
+        return len(self.statements)
+
+    def computes(self) -> list[Compute]:
+        """The compute statements, in order."""
+        return [s for s in self.statements if isinstance(s, Compute)]
+
+    def compute_counts(self) -> np.ndarray:
+        """How many times the plan computes each node."""
+        return np.bincount([s.node for s in self.computes()], minlength=self.num_nodes).astype(np.int64)
+
+
+class ExecutionPlan(StatementList):
     """An ordered list of :class:`Compute` and :class:`Free` statements.
 
     Attributes
@@ -72,19 +94,6 @@ class ExecutionPlan:
         self.num_registers = sum(1 for s in self.statements if isinstance(s, Compute))
         self.hoisted = hoisted
 
-    def __iter__(self) -> Iterator[Statement]:
-        return iter(self.statements)
-
-    def __len__(self) -> int:
-        return len(self.statements)
-
-    def computes(self) -> list[Compute]:
-        """The compute statements, in order."""
-        return [s for s in self.statements if isinstance(s, Compute)]
-
-    def compute_counts(self) -> np.ndarray:
-        """How many times the plan computes each node."""
-        return np.bincount([s.node for s in self.computes()], minlength=self.num_nodes).astype(np.int64)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: a list of ``["compute", node, register, inputs, stage]`` / ``["free", register, node]``."""

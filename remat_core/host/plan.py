@@ -19,11 +19,9 @@ A host slot lives from its ``Offload`` until the copy of its last
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator, Union
+from typing import Any, Union
 
-import numpy as np
-
-from ..plan import Compute, ExecutionPlan, Free, InvalidPlanError
+from ..plan import Compute, ExecutionPlan, Free, InvalidPlanError, StatementList
 
 __all__ = ["Offload", "Prefetch", "Wait", "HostStatement", "HostPlan", "host_plan_from_execution_plan"]
 
@@ -55,7 +53,7 @@ class Wait:
 HostStatement = Union[Compute, Free, Offload, Prefetch, Wait]
 
 
-class HostPlan:
+class HostPlan(StatementList):
     """An ordered list of compute, free and copy statements for one training step.
 
     Attributes
@@ -70,20 +68,6 @@ class HostPlan:
         for pos, s in enumerate(self.statements):
             if not isinstance(s, (Compute, Free, Offload, Prefetch, Wait)):
                 raise InvalidPlanError(f"statement {pos} is not a host plan statement: {s!r}")
-
-    def __iter__(self) -> Iterator[HostStatement]:
-        return iter(self.statements)
-
-    def __len__(self) -> int:
-        return len(self.statements)
-
-    def computes(self) -> list[Compute]:
-        """The compute statements, in order."""
-        return [s for s in self.statements if isinstance(s, Compute)]
-
-    def compute_counts(self) -> np.ndarray:
-        """How many times the plan computes each node."""
-        return np.bincount([s.node for s in self.computes()], minlength=self.num_nodes).astype(np.int64)
 
     @property
     def num_offloads(self) -> int:
