@@ -93,6 +93,8 @@ DEFAULT_PATIENCE_S = 8.0
 _SETTLED_AT_ONCE = 0.001
 #: Moves of the anytime loop without a time limit: every heuristic, freeing rule and budget share once.
 _UNLIMITED_MOVES = 120
+#: Window programs of the windowed-MILP search without a time limit (each with its own time cap).
+_UNLIMITED_WINDOWS = 20
 
 
 def choose_path(graph: Graph, time_limit_s: float | None = None,
@@ -434,6 +436,37 @@ def _anytime(best: _Best, graph: Graph, budget_bytes: int, deadline: float | Non
                              "time_s": round(done["time_s"] + time.perf_counter() - t0, 3)}
 
 
+def _lns(best: _Best, graph: Graph, budget_bytes: int, deadline: float | None, stop: Any) -> None:
+    """The windowed-MILP search (:func:`~remat_core.solvers.lns.improve_windows`) on the best schedule until
+    ``deadline`` or ``stop()``; without a deadline, :data:`_UNLIMITED_WINDOWS` window programs."""
+    from . import verify_result
+    from .lns import improve_windows
+
+    res = best.result
+    if res is None or res.status is SolveStatus.OPTIMAL or (deadline is not None and deadline <= time.perf_counter()):
+        return
+    t0 = time.perf_counter()
+    name = f"lns({best.method})" if not best.method.startswith("lns(") else best.method
+
+    def offer(schedule: Any) -> None:
+        out = RematResult(status=SolveStatus.FEASIBLE, schedule=schedule, budget_bytes=budget_bytes, method=name,
+                          message=f"{best.method}'s schedule, re-optimized by the exact MILP on windows of stages")
+        verify_result(graph, out)
+        out.solve_time_s = time.perf_counter() - t0
+        best.offer(name, out)
+
+    try:
+        _, info = improve_windows(graph, res.schedule, budget_bytes, offer=offer, deadline=deadline, stop=stop,
+                                  lower_bound=best.lower_bound,
+                                  max_windows=None if deadline is not None else _UNLIMITED_WINDOWS)
+    except Exception as exc:   # the search only improves what is there: its failure must not cost the schedule
+        log.warning("auto: lns failed: %s: %s", type(exc).__name__, exc)
+        best.tried["lns"] = {"status": "error", "message": f"{type(exc).__name__}: {exc}"}
+        return
+    best.tried["lns"] = {"status": info["why"], "windows": info["windows"], "improved": info["improved"],
+                         "time_s": round(time.perf_counter() - t0, 3)}
+
+
 def solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None = 60.0,
                memory_limit_bytes: int | None = DEFAULT_MODEL_BYTES_LIMIT, threads: int | None = None,
                verbose: bool = False, stop_gap: float = DEFAULT_STOP_GAP,
@@ -628,6 +661,8 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
         if best.result is None:
             _min_peak(best, graph, budget_bytes, deadline)
         _anytime(best, graph, budget_bytes, deadline, stop=settled, moves=moves)
+        # the restarts ran out (or the time): the exact MILP on windows of the best schedule's stages, to the end
+        _lns(best, graph, budget_bytes, deadline, stop=settled)
     _polish(best, graph, budget_bytes, deadline, sim_s)
     stats: dict[str, Any] = {"path": path, "tried": best.tried, "chosen": best.method,
                              "estimated_nonzeros": estimate_milp_size(graph).nonzeros}

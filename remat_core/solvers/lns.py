@@ -1,0 +1,423 @@
+"""Large-neighbourhood search with the exact MILP on windows of the incumbent's stages.
+
+What lives here
+---------------
+* :func:`window_program` and :func:`reoptimize_window`: everything outside a
+  window of stages ``[a, b)`` is fixed to the incumbent (in particular the
+  values kept into stage ``a`` and those kept into stage ``b``); inside it,
+  ``R`` and ``S`` are re-chosen among the values the incumbent touches in the
+  window and their inputs (``depth`` levels of them), by a MILP with the
+  simulator's memory accounting (Checkmate's ``U`` recurrence and ``FREE``
+  linearization, as in :mod:`remat_core.formulation.strong`), warm-started
+  from the incumbent. Any solution of that program, put back into the
+  incumbent, is a valid schedule under the budget (the simulator checks it
+  anyway), and the incumbent itself is one: the window's optimum is never
+  worse.
+* :func:`windows` (where to look: the windows whose stages recompute the
+  most cost, the costliest first) and :func:`improve_windows` (the loop:
+  re-optimize one window after another, accept what is cheaper, widen the
+  windows when a whole pass found nothing, until the deadline, a work budget
+  of ``max_windows`` programs, or nothing is left to recompute).
+
+The moves come in a fixed order given the incumbent, and a program's result
+does not depend on the time when it is solved to optimality, so with work
+budgets (``max_windows``, ``window_s=None``) a longer search repeats a
+shorter one and goes on: never worse. Under a deadline each program gets
+:data:`WINDOW_S` seconds and its best point is taken.
+
+Imports: numpy, scipy.sparse, the graph, schedule and simulator, the
+formulation's memory unit and the MILP backends; never :mod:`.auto` or
+:mod:`.anytime` (``auto`` calls this module).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import InvalidScheduleError
+from ..graph import Graph
+from ..schedule import Schedule
+
+__all__ = ["WindowProgram", "window_program", "reoptimize_window", "windows", "improve_windows"]
+
+log = logging.getLogger(__name__)
+
+#: Window widths (stages) tried in turn: the next one when a whole pass over the windows found nothing.
+WIDTHS = (8, 16, 32, 64)
+#: Seconds a window's program may run when there is a deadline (its best point so far is taken): many
+#: windows a little each beat a few solved to optimality (HiGHS's bound on a window closes slowly).
+WINDOW_S = 1.0
+#: A window's program is not built beyond this many binary columns (its build and solve would not pay).
+MAX_BINARIES = 30_000
+
+
+@dataclass
+class WindowProgram:
+    """The MILP of one window, in standard form, and how to put its solution back into the incumbent."""
+
+    a: int
+    b: int
+    c: np.ndarray
+    A: sp.csr_array
+    row_lo: np.ndarray
+    row_hi: np.ndarray
+    col_lo: np.ndarray
+    col_hi: np.ndarray
+    integrality: np.ndarray
+    start: np.ndarray
+    r_cols: dict[tuple[int, int], int]
+    s_cols: dict[tuple[int, int], int]
+    start_cost: float
+
+    @property
+    def n_binaries(self) -> int:
+        return int(self.integrality.sum())
+
+
+class _Rows:
+    """Sparse rows collected one at a time: ``lo <= sum(v * x[c]) <= hi``."""
+
+    def __init__(self) -> None:
+        self.r: list[int] = []
+        self.c: list[int] = []
+        self.v: list[float] = []
+        self.lo: list[float] = []
+        self.hi: list[float] = []
+
+    def add(self, terms: list[tuple[int, float]], lo: float, hi: float) -> None:
+        k = len(self.lo)
+        for col, val in terms:
+            self.r.append(k)
+            self.c.append(col)
+            self.v.append(val)
+        self.lo.append(lo)
+        self.hi.append(hi)
+
+    def build(self, n_cols: int) -> tuple[sp.csr_array, np.ndarray, np.ndarray]:
+        A = sp.coo_array((np.asarray(self.v, float), (np.asarray(self.r, np.int64), np.asarray(self.c, np.int64))),
+                         shape=(len(self.lo), n_cols)).tocsr()
+        A.sum_duplicates()
+        return A, np.asarray(self.lo, float), np.asarray(self.hi, float)
+
+
+def _rows_of(schedule: Schedule) -> tuple[list[set[int]], list[set[int]]]:
+    n = schedule.n
+    return ([set(schedule.R_row(t).tolist()) for t in range(n)], [set(schedule.S_row(t).tolist()) for t in range(n)])
+
+
+def window_program(graph: Graph, schedule: Schedule, budget_bytes: int, a: int, b: int, depth: int = 1,
+                   rows: tuple[list[set[int]], list[set[int]]] | None = None) -> WindowProgram | None:
+    """The MILP that re-chooses stages ``a .. b-1`` of ``schedule`` (see the module docstring); ``None`` when
+    the window is empty or its program would exceed :data:`MAX_BINARIES`.
+
+    Candidates of stage ``t``: the values ``i < t`` the incumbent computes or keeps in the window or keeps
+    into stage ``b``, the window's own nodes, and ``depth`` levels of their inputs. Columns: ``R[t, i]`` and
+    ``S[t, i]`` (binary; ``S[a, .]`` fixed to the incumbent's), ``FREE[t, i, j]`` (continuous, value ``i``
+    freed after its user ``j``) and the memory ``M[t, k]`` after computing ``k`` (continuous, in the
+    formulation's memory unit).
+    """
+    from ..formulation._rows import scaled_memory
+
+    n = graph.n
+    a, b = max(0, int(a)), min(n, int(b))
+    if b <= a:
+        return None
+    R_rows, S_rows = rows if rows is not None else _rows_of(schedule)
+    deps, users = graph.deps, graph.users
+    unit, m, ws, cap = scaled_memory(graph, budget_bytes)
+    exit_keep = S_rows[b] if b < n else set()
+    touched: set[int] = set(range(a, b)) | set(exit_keep)
+    for t in range(a, b):
+        touched |= R_rows[t] | S_rows[t]
+    frontier = set(touched)
+    for _ in range(depth):
+        frontier = {i for k in frontier for i in deps[k]} - touched
+        touched |= frontier
+    cand_all = sorted(touched)
+    cands: dict[int, list[int]] = {}
+    n_bin = 0
+    for t in range(a, b):
+        c_t = [i for i in cand_all if i < t]
+        if t == a:
+            c_t = sorted(set(c_t) | S_rows[a])
+        cands[t] = c_t
+        n_bin += 2 * len(c_t)
+        if n_bin > MAX_BINARIES:
+            return None
+
+    cols_lo: list[float] = []
+    cols_hi: list[float] = []
+    cost: list[float] = []
+    integ: list[int] = []
+    start: list[float] = []
+
+    def new_col(lo: float, hi: float, c: float, integer: bool, x0: float) -> int:
+        cols_lo.append(lo)
+        cols_hi.append(hi)
+        cost.append(c)
+        integ.append(1 if integer else 0)
+        start.append(x0)
+        return len(cost) - 1
+
+    r_cols: dict[tuple[int, int], int] = {}
+    s_cols: dict[tuple[int, int], int] = {}
+    for t in range(a, b):
+        for i in cands[t]:
+            r_cols[t, i] = new_col(0.0, 1.0, float(graph.cost[i]), True, float(i in R_rows[t]))
+            kept = float(i in S_rows[t])
+            if t == a:
+                s_cols[t, i] = new_col(kept, kept, 0.0, True, kept)
+            else:
+                can_keep = i == t - 1 or (t - 1, i) in r_cols
+                s_cols[t, i] = new_col(0.0, 1.0 if can_keep else 0.0, 0.0, True, kept if can_keep else 0.0)
+
+    rows_ = _Rows()
+
+    def present(t: int, i: int) -> list[tuple[int, float]]:
+        return [(r_cols[t, i], 1.0), (s_cols[t, i], 1.0)] if (t, i) in r_cols else []
+
+    for t in range(a, b):
+        c_t = cands[t]
+        in_t = set(c_t)
+        computable = c_t + [t]
+        for k in computable:
+            for i in deps[k]:
+                if i not in in_t:   # its input is never present in this stage: k is not computed here
+                    if k == t:
+                        return None
+                    cols_hi[r_cols[t, k]] = 0.0
+                    continue
+                if k == t:
+                    rows_.add(present(t, i), 1.0, np.inf)
+                else:
+                    rows_.add(present(t, i) + [(r_cols[t, k], -1.0)], 0.0, np.inf)
+        for i in c_t:
+            rows_.add(present(t, i), -np.inf, 1.0)   # never recompute a kept value
+            if t > a and i != t - 1:
+                prev = present(t - 1, i)
+                if prev:
+                    rows_.add([(s_cols[t, i], 1.0)] + [(col, -v) for col, v in prev], -np.inf, 0.0)
+        # FREE[t, i, j]: i is freed after its user j (j < t, t not a user of i)
+        nxt = (lambda i: s_cols.get((t + 1, i))) if t + 1 < b else None
+        free_terms: dict[int, list[tuple[int, int]]] = {}   # j -> [(i, col)]
+        by_value: dict[int, list[int]] = {}
+        for i in c_t:
+            us = [j for j in users[i] if j in in_t and j < t]
+            if not us or t in users[i]:
+                continue
+            for j in us:
+                last_start = j == max((u for u in users[i] if u in R_rows[t] and u <= t), default=-1)
+                kept_next = i in (S_rows[t + 1] if t + 1 < n else set())
+                f = new_col(0.0, 1.0, 0.0, False,
+                            float(last_start and not kept_next and (i in R_rows[t] or i in S_rows[t])))
+                free_terms.setdefault(j, []).append((i, f))
+                by_value.setdefault(i, []).append(f)
+                rows_.add([(f, 1.0), (r_cols[t, j], -1.0)], -np.inf, 0.0)
+                for j2 in us:
+                    if j2 > j:
+                        rows_.add([(f, 1.0), (r_cols[t, j2], 1.0)], -np.inf, 1.0)
+        for i, fs in by_value.items():
+            terms = [(f, 1.0) for f in fs] + [(col, -v) for col, v in present(t, i)]
+            if nxt is not None:
+                s_next = nxt(i)
+                if s_next is not None:
+                    terms.append((s_next, 1.0))
+                rows_.add(terms, -np.inf, 0.0)
+            else:
+                rows_.add(terms, -np.inf, -1.0 if i in exit_keep else 0.0)
+        # memory: M[t, k] after allocating k (workspace on top must fit), in computation order
+        mem = sum(float(m[i]) for i in S_rows[t])
+        prev_col = None
+        for k in computable:
+            on = k == t or k in R_rows[t]
+            if on:
+                mem += float(m[k])
+            mcol = new_col(0.0, np.inf, 0.0, False, 0.0)
+            if prev_col is None:
+                terms = [(mcol, 1.0)] + [(s_cols[t, i], -float(m[i])) for i in c_t if m[i]]
+            else:
+                terms = [(mcol, 1.0), (prev_col, -1.0)] + [(f, float(m[i])) for i, f in free_terms.get(prev, [])]
+            if k == t:
+                rows_.add(terms, float(m[k]), float(m[k]))
+                rows_.add([(mcol, 1.0)], -np.inf, cap - float(ws[k]))
+            else:
+                rows_.add(terms + [(r_cols[t, k], -float(m[k]))], 0.0, 0.0)
+                rows_.add([(mcol, 1.0), (r_cols[t, k], float(ws[k]))], -np.inf, cap)
+            start[mcol] = mem
+            if on:   # the incumbent frees k's inputs whose last user in the stage is k and that are not kept on
+                for i, f in free_terms.get(k, []):
+                    if start[f]:
+                        mem -= float(m[i])
+            prev_col, prev = mcol, k
+    # the values kept into stage b must be present in stage b-1
+    for i in exit_keep:
+        if i < b - 1:
+            terms = present(b - 1, i)
+            if not terms:
+                return None
+            rows_.add(terms, 1.0, np.inf)
+    n_cols = len(cost)
+    A, lo, hi = rows_.build(n_cols)
+    c = np.asarray(cost)
+    x0 = np.asarray(start)
+    return WindowProgram(a, b, c, A, lo, hi, np.asarray(cols_lo), np.asarray(cols_hi), np.asarray(integ, np.uint8),
+                         x0, r_cols, s_cols, float(c @ x0))
+
+
+def _spliced(schedule: Schedule, prog: WindowProgram, x: np.ndarray,
+             rows: tuple[list[set[int]], list[set[int]]]) -> Schedule:
+    """The incumbent with stages ``a .. b-1`` taken from the program's solution ``x``."""
+    R_rows, S_rows = rows
+    R_new = [set(r) for r in R_rows]
+    S_new = [set(s) for s in S_rows]
+    for t in range(prog.a, prog.b):
+        R_new[t] = {t}
+        if t > prog.a:
+            S_new[t] = set()
+    for (t, i), col in prog.r_cols.items():
+        if x[col] > 0.5:
+            R_new[t].add(i)
+    for (t, i), col in prog.s_cols.items():
+        if t > prog.a and x[col] > 0.5:
+            S_new[t].add(i)
+    return _schedule(schedule.n, R_new, S_new)
+
+
+def _schedule(n: int, R_rows: list[set[int]], S_rows: list[set[int]]) -> Schedule:
+    def csr(rows):
+        ptr = np.zeros(n + 1, np.int64)
+        ptr[1:] = np.cumsum([len(r) for r in rows])
+        idx = np.fromiter((i for r in rows for i in sorted(r)), np.int64, int(ptr[-1]))
+        return ptr, idx
+
+    rp, ri = csr(R_rows)
+    sp_, si = csr(S_rows)
+    return Schedule.from_csr(n, rp, ri, sp_, si)
+
+
+def reoptimize_window(graph: Graph, schedule: Schedule, budget_bytes: int, a: int, b: int, depth: int = 1,
+                      time_limit_s: float | None = None,
+                      rows: tuple[list[set[int]], list[set[int]]] | None = None) -> Schedule | None:
+    """The incumbent with stages ``a .. b-1`` re-optimized by the window's MILP (HiGHS, warm-started
+    from the incumbent), when that is cheaper and the simulator finds it within ``budget_bytes``; else ``None``."""
+    from ..simulate import simulate
+    from .backends import solve_arrays
+
+    rows = rows if rows is not None else _rows_of(schedule)
+    prog = window_program(graph, schedule, budget_bytes, a, b, depth, rows)
+    if prog is None:
+        return None
+    out = solve_arrays("highs", prog.c, prog.A, prog.row_lo, prog.row_hi, prog.col_lo, prog.col_hi,
+                       prog.integrality, time_limit_s=time_limit_s, threads=None, start=prog.start,
+                       mip_rel_gap=1e-6)
+    if out.x is None or out.objective is None or out.objective >= prog.start_cost - 1e-9:
+        return None
+    cand = _spliced(schedule, prog, np.asarray(out.x), rows)
+    try:
+        peak = simulate(graph, cand, timeline=False).peak_memory_bytes
+    except InvalidScheduleError as exc:   # the program's model and the simulator disagree: a bug, never returned
+        log.warning("lns: window [%d, %d) gave an invalid schedule: %s", a, b, exc)
+        return None
+    if peak > budget_bytes:
+        log.warning("lns: window [%d, %d) gave a schedule of peak %d over the budget %d", a, b, peak, budget_bytes)
+        return None
+    return cand
+
+
+def windows(graph: Graph, schedule: Schedule, width: int) -> list[tuple[int, int]]:
+    """Windows of ``width`` stages (overlapping by half) that recompute something, the costliest first
+    (ties: the earlier window)."""
+    n = graph.n
+    R_ptr, R_idx, _, _ = schedule.csr
+    stage = np.repeat(np.arange(n), np.diff(R_ptr))
+    rec = np.bincount(stage[R_idx != stage], weights=graph.cost[R_idx[R_idx != stage]], minlength=n)
+    step = max(1, width // 2)
+    out = []
+    for a in range(0, max(n - width, 0) + step, step):
+        b = min(n, a + width)
+        score = float(rec[a:b].sum())
+        if score > 0:
+            out.append((-score, a, b))
+    return [(a, b) for _, a, b in sorted(set(out))]
+
+
+def improve_windows(graph: Graph, schedule: Schedule, budget_bytes: int,
+                    offer: Callable[[Schedule], None] | None = None,
+                    clock: Callable[[], float] = time.perf_counter, deadline: float | None = None,
+                    max_windows: int | None = None, lower_bound: float | None = None,
+                    stop: Callable[[], bool] | None = None, depth: int = 1,
+                    widths: tuple[int, ...] = WIDTHS, window_s: float | None = WINDOW_S) -> tuple[Schedule, dict[str, Any]]:
+    """Re-optimize windows of the incumbent, costliest first, until the deadline, ``max_windows`` programs,
+    ``lower_bound``, ``stop()`` or a pass at the widest width that finds nothing. Returns the best schedule and
+    what the search did (``windows``, ``improved``, ``why``).
+
+    ``offer(schedule)`` is called with every improvement (verified by the simulator under ``budget_bytes``).
+    Each program gets ``window_s`` seconds (at most the time left before ``deadline``); with ``window_s=None``
+    and no deadline, programs are solved to optimality and the result does not depend on the machine (tests).
+
+    Examples
+    --------
+    >>> from remat_core import solve
+    >>> from remat_core.zoo import random_training_graph
+    >>> from remat_core.units import resolve_budget
+    >>> g = random_training_graph(8, 3, seed=1)
+    >>> B = resolve_budget(g, 0.7)
+    >>> start = solve(g, B, method="dtr").schedule
+    >>> best, info = improve_windows(g, start, B, max_windows=4, window_s=None)
+    >>> best.cost(g) <= start.cost(g), info["windows"] <= 4
+    (True, True)
+    """
+    best = schedule
+    best_cost = schedule.cost(graph)
+    info: dict[str, Any] = {"windows": 0, "improved": 0, "why": "no window improves"}
+    w_idx = 0
+    while w_idx < len(widths):
+        width = widths[w_idx]
+        found = False
+        queue = windows(graph, best, width)
+        tried: set[tuple[int, int]] = set()
+        while queue:
+            a, b = queue.pop(0)
+            if (a, b) in tried:
+                continue
+            if max_windows is not None and info["windows"] >= max_windows:
+                info["why"] = "work budget"
+                return best, info
+            if lower_bound is not None and best_cost <= lower_bound * (1 + 1e-9):
+                info["why"] = "at the lower bound"
+                return best, info
+            if stop is not None and stop():
+                info["why"] = "stopped"
+                return best, info
+            limit = window_s
+            if deadline is not None:
+                left = deadline - clock()
+                if left <= 0.05:
+                    info["why"] = "deadline"
+                    return best, info
+                limit = left if window_s is None else min(left, window_s)
+            info["windows"] += 1
+            tried.add((a, b))
+            rows = _rows_of(best)
+            cand = reoptimize_window(graph, best, budget_bytes, a, b, depth, limit, rows)
+            if cand is None:
+                continue
+            cost = cand.cost(graph)
+            if cost < best_cost - 1e-9:
+                log.debug("lns: window [%d, %d) at width %d: %.6g -> %.6g", a, b, width, best_cost, cost)
+                best, best_cost = cand, cost
+                info["improved"] += 1
+                found = True
+                if offer is not None:
+                    offer(best)
+                queue = [w for w in windows(graph, best, width) if w not in tried]
+        if not found:
+            w_idx += 1
+    return best, info
