@@ -130,7 +130,7 @@ class _Value:
         self.cost_s = cost_s         # [count, mean seconds]: the smoothed cost's table entry (shared, live)
         self.nbytes = 0              # counted on the storage owner only (base is None)
         self.base = base             # the value whose storage this one views (its owner), or None
-        self.views: weakref.WeakSet = weakref.WeakSet()
+        self.views: Any = _NO_VIEWS  # the values viewing its storage: a WeakSet once there is one (most have none)
         self.last_access = 0
         self.pins = 0
         self.wrappers = 0            # live DTRTensor objects pointing at this value
@@ -145,6 +145,15 @@ class _Value:
         if self.parents_ is None:
             self.parents_ = [a for a in _flat(self.args, self.kwargs) if isinstance(a, _Value)]
         return self.parents_
+
+
+_NO_VIEWS = ()   # a value's views until it has one (a WeakSet costs Python calls to make, test and walk)
+
+
+def _add_view(owner: _Value, v: _Value) -> None:
+    if owner.views is _NO_VIEWS:
+        owner.views = weakref.WeakSet()
+    owner.views.add(v)
 
 
 class _Cell:
@@ -169,10 +178,13 @@ class DTRTensor(torch.Tensor):
             device=like.device, layout=like.layout, requires_grad=False)
         r._v = value
         r._rt = runtime
-        r._cell = _Cell(value)
+        cell = r._cell = _Cell(value)
         value.wrappers += 1
-        value.refs.append(weakref.ref(r))
-        runtime._finalizers.append(weakref.finalize(r, runtime._wrapper_died, r._cell))
+        # one weak reference, with a callback when the wrapper dies (a weakref.finalize per wrapper cost more
+        # than the rest of the wrapper); the runtime keeps it alive, mapped to the wrapper's cell
+        ref = weakref.ref(r, runtime._ref_died)
+        value.refs.append(ref)
+        runtime._cells[id(ref)] = (ref, cell)   # keyed by id: hashing the reference hashes the tensor in Python
         return r
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:
@@ -210,8 +222,19 @@ def tree_map(fn: Callable, obj: Any) -> Any:
 
 
 def _flat(args: Any, kwargs: Any) -> list:
+    """The leaves of an operator's arguments (tensor lists opened; deeper nesting through :func:`tree_map`)."""
     out: list = []
-    tree_map(out.append, (args, kwargs))
+    for a in (*args, *kwargs.values()) if kwargs else args:
+        if isinstance(a, (list, tuple)):
+            for x in a:
+                if isinstance(x, (list, tuple, dict)):
+                    tree_map(out.append, x)
+                else:
+                    out.append(x)
+        elif isinstance(a, dict):
+            tree_map(out.append, a)
+        else:
+            out.append(a)
     return out
 
 
@@ -219,6 +242,12 @@ class _Mode(TorchDispatchMode):
     def __init__(self, runtime: "DTRRuntime"):
         super().__init__()
         self.runtime = runtime
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """No ``torch._disable_dynamo`` wrapper around every operator call (three Python frames each; nothing
+        here is compiled)."""
+        return False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         return self.runtime.call(func, args, kwargs or {})
@@ -272,7 +301,7 @@ class DTRRuntime:
         self.current = 0
         self.resident: dict[int, _Value] = {}   # id -> storage owners holding data
         self.leaves: dict[int, weakref.ref] = {}   # the leaf tensors read in the block (for their .grad)
-        self._finalizers: list = []
+        self._cells: dict = {}   # id -> (weak reference to a live wrapper, its cell: what its death decrements)
         self._hooks: list = []   # on the leaves read: their accumulated .grad is never evicted
         self._unbounded = False  # bringing data back at the block's end past the budget
         self._read_plain: dict[int, tuple] = {}   # id -> (plain tensor recipes read, the last version read)
@@ -303,17 +332,20 @@ class DTRRuntime:
             self.current -= owner.nbytes
             self.stats["current_bytes"] = self.current
 
-    def _wrapper_died(self, cell: _Cell) -> None:
-        v = cell.v
-        v.wrappers -= 1
-        self._free_if_dead(v)
+    def _ref_died(self, ref: weakref.ref) -> None:
+        """A wrapper died (the callback of its weak reference); after the block's end nothing is counted."""
+        got = self._cells.pop(id(ref), None)
+        if got is not None:
+            cell = got[1]
+            cell.v.wrappers -= 1
+            self._free_if_dead(cell.v)
 
     def _free_if_dead(self, v: _Value) -> None:
         """Free the storage of ``v`` when no tensor refers to it or to a view of it (DTR's eager eviction: it
         can still be recomputed for a value computed from it)."""
         owner = v.base or v
         if owner.tensor is not None and owner.wrappers == 0 and owner.pins == 0 \
-                and not any(w.wrappers or w.pins for w in owner.views):
+                and not (owner.views is not _NO_VIEWS and any(w.wrappers or w.pins for w in owner.views)):
             self._drop(owner)
 
     def _score(self, v: _Value) -> float:
@@ -348,7 +380,7 @@ class DTRRuntime:
         while self.current + need > self.budget_bytes:
             best, best_score = None, 0.0
             for v in self.resident.values():
-                if v.pins or v.unevictable or any(w.pins for w in v.views):
+                if v.pins or v.unevictable or (v.views is not _NO_VIEWS and any(w.pins for w in v.views)):
                     continue
                 s = self._score(v)
                 if best is None or s < best_score:
@@ -443,13 +475,20 @@ class DTRRuntime:
                     self._free_if_dead(p)
 
     def _unwrap(self, a: Any) -> Any:
-        return self.materialize(a) if isinstance(a, _Value) else a
+        """The data of a value (materialized) in an argument; tensor lists item by item."""
+        if type(a) is _Value:
+            return self.materialize(a)
+        if isinstance(a, (list, tuple)):
+            out = [self._unwrap(x) for x in a]
+            return out if isinstance(a, list) else tuple(out)
+        return a
 
     def _run(self, func, vargs, vkwargs, rng_state, replay: bool, subs: dict | None = None, key: Any = None,
              need: int = 0) -> tuple[Any, float]:
         """Run ``func`` on the data of ``vargs``; on a replay, from the saved generator state and without
         writing into tensors that are not the runtime's (``subs``: old copies of tensors written since)."""
-        args, kwargs = tree_map(self._unwrap, (vargs, vkwargs))
+        args = tuple([self._unwrap(a) for a in vargs])
+        kwargs = {k: self._unwrap(a) for k, a in vkwargs.items()} if vkwargs else {}
         if subs:
             args, kwargs = tree_map(lambda a: subs.get(id(a), a) if isinstance(a, torch.Tensor) else a,
                                     (args, kwargs))
@@ -484,43 +523,48 @@ class DTRRuntime:
         if self._closed:   # after the block: the data itself, plain tensors out
             a, k = tree_map(self._materialize_arg, (args, kwargs))
             return func(*a, **k)
-        if func is _aten._local_scalar_dense.default or func.overloadpacket in _PASSTHROUGH:
+        info = _OP_INFO.get(id(func)) or _op_info(func)
+        if info.passthrough:
             a, k = tree_map(self._materialize_arg, (args, kwargs))
             return func(*a, **k)
-        schema = func._schema
-        written = _written_positions(func, schema)
-        flat = _flat(args, kwargs)
-        for a in flat:
-            if isinstance(a, torch.Tensor) and not isinstance(a, DTRTensor) and a.is_leaf \
-                    and id(a) not in self.leaves:
-                self.leaves[id(a)] = weakref.ref(a)
+        # one walk over the arguments: the runtime's values in them, and the plain tensors
+        in_values: list = []
+        plain: list = []
+        vargs = _scan(args, in_values, plain)
+        vkwargs = {k: _scan_one(a, in_values, plain) for k, a in kwargs.items()} if kwargs else {}
+        leaves = self.leaves
+        for a in plain:
+            if id(a) not in leaves and a.is_leaf:
+                leaves[id(a)] = weakref.ref(a)
                 if a.requires_grad:
                     self._hooks.append(a.register_post_accumulate_grad_hook(_keep_grad))
-        targets, plain_written = _write_targets(schema, args, kwargs)
-        vargs, vkwargs = tree_map(lambda a: a._v if isinstance(a, DTRTensor) else a, (args, kwargs))
-        in_values = [a._v for a in flat if isinstance(a, DTRTensor)]
+        if info.written:
+            targets, plain_written = _write_targets(info.schema, args, kwargs)
+        else:
+            targets = plain_written = ()
         for v in in_values:
             self.materialize(v)
             self._pin(v, 1)
         try:
             key = _key(func, args, kwargs)
-            need = _new_bytes(func, args, kwargs, schema, key)
+            need = _new_bytes(func, args, kwargs, info.schema, key)
             scratch = _SCRATCH.get(key, 0)
-            self._make_room(need + scratch)
+            if self.budget_bytes is not None and self.current + need + scratch > self.budget_bytes:
+                self._make_room(need + scratch)
             self._note_peak(self.current + need + scratch)
-            rng_state = _rng_state() if torch.Tag.nondeterministic_seeded in func.tags else None
+            rng_state = _rng_state() if info.random else None
             if plain_written:
                 self._before_plain_write(plain_written)
             if targets:
-                return self._call_inplace(func, args, kwargs, vargs, vkwargs, rng_state, schema, written, targets,
-                                          key)
+                return self._call_inplace(func, args, kwargs, vargs, vkwargs, rng_state, info.schema, info.written,
+                                          targets, key)
             out, cost = self._run(func, vargs, vkwargs, rng_state, replay=False, key=key, need=need)
         finally:
             for v in in_values:
                 self._pin(v, -1)
         self.stats["operators"] += 1
-        return self._wrap_outputs(func, vargs, vkwargs, out, rng_state, _smoothed_cost(key, cost), schema, args,
-                                  written, key)
+        return self._wrap_outputs(func, vargs, vkwargs, out, rng_state, _smoothed_cost(key, cost), info.schema,
+                                  args, info.written, key, bool(plain))
 
     def _before_plain_write(self, tensors: list) -> None:
         """An operator is about to write into a tensor that is not the runtime's and that recipes read (an
@@ -593,7 +637,7 @@ class DTRRuntime:
                     nv = _Value(_AsStrided(*g), (new,), {}, 0, None, [1, 0.0], new)
                     nv.tensor = nv.func(new.tensor)
                 nv.last_access = self.clock
-                new.views.add(nv)
+                _add_view(new, nv)
                 self._move_wrappers(w, nv)
         # what an in-place operator returns is the tensor it wrote into
         outs = out if isinstance(out, (tuple, list)) else (out,)
@@ -640,23 +684,23 @@ class DTRRuntime:
     def _materialize_arg(self, a: Any) -> Any:
         return self.materialize(a._v) if isinstance(a, DTRTensor) else a
 
-    def _wrap_outputs(self, func, vargs, vkwargs, out, rng_state, cost, schema, args, written, key=None) -> Any:
+    def _wrap_outputs(self, func, vargs, vkwargs, out, rng_state, cost, schema, args, written, key=None,
+                      reads_plain: bool = True) -> Any:
         outs = out if isinstance(out, (tuple, list)) else (out,)
         scratch = _SCRATCH.get(key, 0) if key is not None else 0
         self.stats["compute_s"] += cost[1]
-        plain_in = [a for a in _flat(args, {}) if isinstance(a, torch.Tensor)]
+        info = _OP_INFO.get(id(func)) or _op_info(func)
         made: list[_Value] = []
         wrapped = []
-        versions = None
+        versions = None if reads_plain else ()
         for idx, o in enumerate(outs):
             if not isinstance(o, torch.Tensor):
                 wrapped.append(o)
                 continue
-            alias = idx < len(schema.returns) and schema.returns[idx].alias_info is not None
             base_wrapper = None
-            if alias:
-                base_wrapper = next((a for a in plain_in if isinstance(a, DTRTensor) and a._v.tensor is not None
-                                     and _same_storage(a._v.tensor, o)), None)
+            if idx < len(info.alias_returns) and info.alias_returns[idx]:
+                base_wrapper = next((a for a in _flat(args, {}) if isinstance(a, DTRTensor)
+                                     and a._v.tensor is not None and _same_storage(a._v.tensor, o)), None)
                 if base_wrapper is None:   # it aliases a tensor that is not ours: return it as it is
                     wrapped.append(o)
                     continue
@@ -672,11 +716,12 @@ class DTRRuntime:
                 v.nbytes = _nbytes(o)
                 self._charge(v)
             else:
-                owner.views.add(v)
+                _add_view(owner, v)
             made.append(v)
             wrapped.append(DTRTensor(v, self, o))
-        for v in made:
-            v.siblings = [weakref.ref(s) for s in made if s is not v]
+        if len(made) > 1:
+            for v in made:
+                v.siblings = [weakref.ref(s) for s in made if s is not v]
         if isinstance(out, tuple):
             return tuple(wrapped)
         if isinstance(out, list):
@@ -715,16 +760,10 @@ class DTRRuntime:
     def _finish(self) -> None:
         """End of the block (also after an exception): every tensor the runtime made that is still referred to
         becomes a plain tensor holding its data, and the runtime lets go of everything else."""
-        if any(f.alive and f.peek()[0]._v.tensor is None for f in self._finalizers):
+        if any(w is not None and w._v.tensor is None for w in (r() for r, _ in list(self._cells.values()))):
             gc.collect()   # wrappers only a reference cycle holds (a model's output object) need no data back
-        live = []
-        for f in self._finalizers:
-            info = f.peek()
-            if info is not None:
-                f.detach()
-                live.append(info[0])
-            del info
-        self._finalizers = []
+        live = [w for w in (r() for r, _ in list(self._cells.values())) if w is not None]
+        self._cells = {}   # wrappers that die from here on change nothing
         # bring back the data of what is still referred to (.grad among it), within the budget while that is
         # possible (each value kept once back), past it otherwise: nothing may be lost
         for w in live:
@@ -871,6 +910,49 @@ def _geometry(v: _Value, owner: _Value) -> tuple | None:
     return tuple(like.size()), tuple(like.stride()), like.storage_offset() - owner.tensor.storage_offset()
 
 
+class _OpInfo:
+    """What the runtime reads from an operator's schema, read once per operator (pybind attribute reads are
+    slow next to a small operator)."""
+
+    __slots__ = ("func", "schema", "written", "alias_returns", "random", "passthrough")
+
+    def __init__(self, func):
+        self.func = func   # held: the table is keyed by id (an operator's own __hash__ is Python code)
+        self.schema = func._schema
+        self.written = _written_positions(func, self.schema)
+        self.alias_returns = tuple(r.alias_info is not None for r in self.schema.returns)
+        self.random = torch.Tag.nondeterministic_seeded in func.tags
+        self.passthrough = func is _aten._local_scalar_dense.default or func.overloadpacket in _PASSTHROUGH
+
+
+_OP_INFO: dict = {}   # id(operator) -> _OpInfo (which holds the operator, so the id stays its own)
+
+
+def _op_info(func) -> _OpInfo:
+    got = _OP_INFO[id(func)] = _OpInfo(func)
+    return got
+
+
+def _scan_one(a: Any, values: list, plain: list) -> Any:
+    """``a`` with each runtime tensor replaced by its value; the values go to ``values``, the plain tensors to
+    ``plain`` (operator arguments nest one level: tensor lists)."""
+    if type(a) is DTRTensor:
+        v = a._v
+        values.append(v)
+        return v
+    if isinstance(a, torch.Tensor):
+        plain.append(a)
+        return a
+    if isinstance(a, (list, tuple)):
+        out = [_scan_one(x, values, plain) for x in a]
+        return out if isinstance(a, list) else tuple(out)
+    return a
+
+
+def _scan(args: tuple, values: list, plain: list) -> tuple:
+    return tuple([_scan_one(a, values, plain) for a in args])
+
+
 _PASSTHROUGH = {_aten.is_same_size, _aten.sym_size, _aten.sym_stride, _aten.sym_numel, _aten.sym_storage_offset,
                 _aten.equal, _aten.allclose, _aten.is_nonzero}
 
@@ -999,8 +1081,10 @@ _MIN_COST_S = 1e-7
 
 def _key(func, args: tuple, kwargs: dict) -> Any:
     """The operator and the signature of its arguments (:func:`_signature`), or ``None`` if unhashable."""
+    if id(func) not in _OP_INFO:
+        _op_info(func)   # the table holds the operator, so its id (hashed in C, unlike the operator) stays its own
     try:
-        return (func, _signature(args), _signature(kwargs))
+        return (id(func), tuple([_signature(a) for a in args]), _signature(kwargs) if kwargs else None)
     except TypeError:
         return None
 
@@ -1029,7 +1113,7 @@ def _signature(a: Any) -> Any:
     """A hashable key of an operator argument that fixes the sizes of the operator's outputs: a tensor's shape,
     strides and dtype, other values themselves (``TypeError`` for a value that cannot be a key)."""
     if isinstance(a, torch.Tensor):
-        return ("T", tuple(a.size()), tuple(a.stride()), a.dtype)
+        return (a.shape, a.stride(), a.dtype)
     if isinstance(a, (list, tuple)):
         return (type(a).__name__,) + tuple(_signature(x) for x in a)
     if isinstance(a, dict):
