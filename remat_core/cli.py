@@ -498,9 +498,16 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     _check_out_path(args.plot, "--plot", plot=True)
     graph = load_graph_arg(args.graph, args.batch_size)
     budget = _budget_arg(graph, args.budget)
-    if args.method not in _methods_arg(None):
+    from .host.solve import HOST_METHODS   # pofo, offload-all, ...: methods that exist only with a host tier
+
+    if args.method not in _methods_arg(None) and not (args.host_bandwidth is not None and args.method in HOST_METHODS):
         raise _unknown_method(args.method, "--method")
-    options = _with_time_limit(args.method, _json_arg(args.options, "--options"), args.time_limit)
+    if args.method in HOST_METHODS:   # of these only the MILPs take a time limit
+        options = _json_arg(args.options, "--options")
+        if args.time_limit is not None and args.method in ("offload-milp", "offload-lp-rounding"):
+            options.setdefault("time_limit_s", args.time_limit)
+    else:
+        options = _with_time_limit(args.method, _json_arg(args.options, "--options"), args.time_limit)
     if args.host_bandwidth is not None:   # offloading to host memory with remat (remat_core.host)
         options["host_bandwidth"] = args.host_bandwidth
     log.info("solving %s (%d nodes) at %s with %s", graph.name, graph.n, format_bytes(budget), args.method)

@@ -33,11 +33,12 @@ from .simulate import (DEFAULT_FLOPS_PER_S, DEFAULT_HOST_BANDWIDTH, HostSimulati
 from .greedy import offload_all_plan, offload_to_budget
 from .pofo import pofo_plan, pofo_solve
 from .dtr import dtr_swap_plan
-from .solve import HostResult, solve_offload
+from .solve import HostResult, host_result_from_dict, solve_offload
 
 __all__ = [
     "HostPlan", "Offload", "Prefetch", "Wait", "host_plan_from_execution_plan",
     "HostSimulation", "simulate_host", "cost_per_second", "validate_bandwidth",
     "DEFAULT_HOST_BANDWIDTH", "DEFAULT_FLOPS_PER_S",
     "offload_to_budget", "offload_all_plan", "pofo_plan", "pofo_solve", "dtr_swap_plan", "HostResult", "solve_offload",
+    "host_result_from_dict",
 ]

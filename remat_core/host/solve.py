@@ -27,12 +27,12 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from ..chain import is_chain
 from ..errors import ScheduleVerificationError
 from ..graph import Graph
-from ..plan import ExecutionPlan
+from ..plan import ExecutionPlan, InvalidPlanError
 from ..schedule import RematResult, Schedule, SolveStatus
 from ..simulate import checkpoint_all_peak_bytes
 from .dtr import dtr_swap_plan
@@ -41,7 +41,7 @@ from .plan import HostPlan
 from .pofo import pofo_plan, pofo_solve
 from .simulate import HostSimulation, simulate_host, validate_bandwidth
 
-__all__ = ["HostResult", "solve_offload", "HOST_METHODS"]
+__all__ = ["HostResult", "solve_offload", "host_result_from_dict", "HOST_METHODS"]
 
 log = logging.getLogger(__name__)
 
@@ -77,12 +77,98 @@ class HostResult(RematResult):
     def success(self) -> bool:
         return self.host_plan is not None
 
+    def to_dict(self, include_schedule: bool = False) -> dict[str, Any]:
+        """JSON-ready summary; with ``include_schedule`` also the host plan (its copies included) and the
+        bandwidth it was planned for, which :func:`host_result_from_dict` reads back."""
+        d = super().to_dict(include_schedule=include_schedule)
+        d["host_bandwidth"] = self.host_bandwidth
+        d["peak_host_bytes"] = self.peak_host_bytes
+        if include_schedule:
+            d["host_plan"] = self.host_plan.to_dict() if self.host_plan is not None else None
+        return d
+
     def __repr__(self) -> str:
         parts = [f"status={self.status.value}", f"method={self.method!r}"]
         if self.objective is not None:
             parts += [f"time={self.objective:g}", f"peak={self.peak_memory_bytes}/{self.budget_bytes}",
                       f"host={self.peak_host_bytes}"]
         return f"HostResult({', '.join(parts)})"
+
+
+def host_result_from_dict(graph: Graph, data: Mapping[str, Any], cost_per_s: float | None = None,
+                          argument: str = "data") -> HostResult:
+    """A saved host plan read back (``HostResult.to_dict(include_schedule=True)``, ``remat solve --out``).
+
+    The plan is re-simulated on ``graph`` at its saved bandwidth: the result's
+    time and peaks are the simulator's, never the file's.
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph the plan was made for.
+    data : mapping
+        With ``host_plan``, ``host_bandwidth`` and ``budget_bytes``
+        (``schedule`` too when the plan was built on one).
+    cost_per_s : float, optional
+        Cost units per second (see :func:`~remat_core.host.cost_per_second`).
+    argument : str
+        Named in errors.
+
+    Returns
+    -------
+    HostResult
+
+    Raises
+    ------
+    InvalidPlanError
+        If the saved plan is malformed or does not run on ``graph``.
+    ScheduleVerificationError
+        If it peaks over its saved budget on ``graph``.
+
+    Examples
+    --------
+    >>> import math
+    >>> from remat_core.zoo import linear_graph
+    >>> g = linear_graph(6).replace(meta={"cost_unit": "s"})
+    >>> res = solve_offload(g, 5, method="checkpoint-all", host_bandwidth=2.0)
+    >>> back = host_result_from_dict(g, res.to_dict(include_schedule=True))
+    >>> back.host_plan.statements == res.host_plan.statements, back.objective == res.objective
+    (True, True)
+    """
+    if not isinstance(graph, Graph):
+        raise TypeError(f"`graph` must be a remat_core.Graph; got {type(graph).__name__}")
+    if not isinstance(data, Mapping) or not isinstance(data.get("host_plan"), Mapping):
+        raise InvalidPlanError(f"`{argument}` holds no host plan (write it with include_schedule=True or "
+                               f"`remat solve --schedule --out`)")
+    try:
+        plan = HostPlan.from_dict(data["host_plan"])
+    except InvalidPlanError as exc:
+        raise InvalidPlanError(f"`{argument}`: {exc}") from None
+    bw = validate_bandwidth(data.get("host_bandwidth"), f"{argument}['host_bandwidth']")
+    if bw is None:
+        bw = math.inf if plan.num_offloads == 0 else None
+    if bw is None:
+        raise InvalidPlanError(f"`{argument}` has copies but no `host_bandwidth`")
+    try:
+        budget = int(data["budget_bytes"])
+    except (KeyError, TypeError, ValueError):
+        raise InvalidPlanError(f"`{argument}` has no integer `budget_bytes`") from None
+    schedule = Schedule.from_dict(data["schedule"]) if data.get("schedule") else None
+    try:
+        sim = simulate_host(graph, plan, bw, cost_per_s)
+    except InvalidPlanError as exc:
+        raise InvalidPlanError(f"`{argument}`: the saved host plan does not run on this graph: {exc}") from None
+    if sim.peak_device_bytes > budget:
+        raise ScheduleVerificationError(f"`{argument}`: the saved host plan peaks at {sim.peak_device_bytes} bytes on "
+                                        f"this graph, over its budget {budget} bytes")
+    res = HostResult(status=SolveStatus.FEASIBLE, message=f"loaded ({data.get('method', '?')})", schedule=schedule,
+                     objective=sim.time, peak_memory_bytes=sim.peak_device_bytes, budget_bytes=budget,
+                     method="loaded", host_plan=plan, host_bandwidth=bw, peak_host_bytes=sim.peak_host_bytes,
+                     simulation=sim)
+    res.stats.update(saved_method=data.get("method"), compute_cost=sim.compute_cost, stall=sim.stall,
+                     recomputations=sim.recompute_count, offloaded_values=len(plan.offloaded_nodes()),
+                     copied_bytes=sim.copied_bytes, peak_host_bytes=sim.peak_host_bytes, host_bandwidth=bw)
+    return res
 
 
 def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_bandwidth: Any = None,

@@ -118,3 +118,41 @@ def test_cli_solve_with_host_bandwidth(capsys, tmp_path):
     assert png.stat().st_size > 1000
     assert main(["solve", "linear:8", "0.3", "--method", "checkpoint-all", "--host-bandwidth", "fast"]) == 2
     assert "`host_bandwidth`" in capsys.readouterr().err
+
+
+def test_plan_file_round_trip_keeps_the_copies(tmp_path):
+    import json
+
+    from remat_core.cli import main
+    from remat_core.errors import ScheduleVerificationError
+    from remat_core.host import Offload, Prefetch, Wait, host_result_from_dict
+    from remat_core.plan import InvalidPlanError
+
+    g = linear_graph(6).replace(meta={"cost_unit": "s"})
+    res = solve(g, 5, method="pofo", host_bandwidth=1.0)   # POFO's plans wait for their prefetches
+    kinds = {type(s) for s in res.host_plan.statements}
+    assert {Offload, Prefetch, Wait} <= kinds
+    data = json.loads(json.dumps(res.to_dict(include_schedule=True)))
+    back = host_result_from_dict(g, data)
+    assert back.host_plan.statements == res.host_plan.statements
+    assert (back.objective, back.peak_memory_bytes, back.peak_host_bytes) == (
+        res.objective, res.peak_memory_bytes, res.peak_host_bytes)
+    assert "host_plan" not in res.to_dict()   # only with the schedule, as the CLI's --schedule says
+    # the file's numbers are never trusted: the plan is re-simulated against its budget
+    with pytest.raises(ScheduleVerificationError, match="`data`"):
+        host_result_from_dict(g, {**data, "budget_bytes": res.peak_memory_bytes - 1})
+    with pytest.raises(InvalidPlanError, match="`plan`"):
+        host_result_from_dict(g, {**data, "host_plan": {"num_nodes": g.n, "statements": [["jump", 1]]}},
+                              argument="plan")
+    with pytest.raises(InvalidPlanError, match="no host plan"):
+        host_result_from_dict(g, res.to_dict())
+    with pytest.raises(InvalidPlanError, match="does not run on this graph"):
+        host_result_from_dict(linear_graph(7).replace(meta={"cost_unit": "s"}), data)
+    # `remat solve --host-bandwidth ... --schedule --out` writes the same plan
+    out = tmp_path / "res.json"
+    assert main(["solve", "linear:6", "5", "--method", "pofo", "--host-bandwidth", "inf", "--schedule",
+                 "--out", str(out)]) == 0
+    from_cli = host_result_from_dict(linear_graph(6), json.loads(out.read_text()))
+    assert from_cli.host_plan.statements == solve(linear_graph(6), 5, method="pofo", host_bandwidth=math.inf
+                                                  ).host_plan.statements
+    assert {Offload, Prefetch, Wait} <= {type(s) for s in from_cli.host_plan.statements}

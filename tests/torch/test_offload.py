@@ -97,7 +97,7 @@ def test_strip_copies_is_the_remat_plan():
         OffloadExecutor(eg, make_plan(eg.graph, sched))
 
 
-def test_rematerialize_with_host_bandwidth_trains_like_eager():
+def test_rematerialize_with_host_bandwidth_trains_like_eager(tmp_path):
     from remat_torch import rematerialize
 
     model, inputs, eg = _extracted("transformer")
@@ -115,6 +115,20 @@ def test_rematerialize_with_host_bandwidth_trains_like_eager():
         torch.manual_seed(step)
         ref(*inputs).sum().backward()
         assert_same_state(rm, ref)
+    # a plan file keeps the copies: a new process reads the same host plan back and trains the same way
+    path = tmp_path / "plan.json"
+    rm.save_plan(path)
+    ref = copy.deepcopy(model)
+    again = rematerialize(copy.deepcopy(model), inputs, plan=path, granularity="module", cost_model="unit")
+    assert again.result.method == "loaded"
+    assert isinstance(again.executor, OffloadExecutor)
+    assert again.executor.host_plan.statements == rm.executor.host_plan.statements
+    for step in range(2):
+        torch.manual_seed(step)
+        again(*inputs).sum().backward()
+        torch.manual_seed(step)
+        ref(*inputs).sum().backward()
+        assert_same_state(again, ref)
     with pytest.raises(ValueError, match="`host_bandwidth`"):
         rematerialize(copy.deepcopy(model), inputs, budget=budget, method="dtr", granularity="module",
                       cost_model="unit", host_bandwidth="fast")
