@@ -589,6 +589,9 @@ class RematModule(torch.nn.Module):
             "budget_bytes": int(s.result.budget_bytes), "method": s.result.method,
             "objective": s.result.objective, "peak_memory_bytes": s.result.peak_memory_bytes,
             "hoist": bool(self._settings.hoist), "schedule": s.result.schedule.to_dict(),
+            # a plan with a host tier keeps its copies (remat_core.host.host_result_from_dict reads them back)
+            **({"host_plan": s.result.host_plan.to_dict(), "host_bandwidth": s.result.host_bandwidth}
+               if getattr(s.result, "host_plan", None) is not None else {}),
         } for lst in self._plans.values() for s in lst]
 
     def save_plan(self, path) -> None:
@@ -841,7 +844,12 @@ def _build(model, args, kwargs, s: _Settings, loaded: dict, require_loaded: bool
             f"`plan`: the saved plans were made for another model, shape or dtype ({known}); this call is "
             f"{_describe(eg)} (graph fingerprint {fp[:12]}). Solve a new plan (omit `plan=`) or save one "
             "for these inputs")
-    if entry is not None:
+    if entry is not None and entry.get("host_plan") is not None:   # a saved plan with copies to host memory
+        from remat_core.host import host_result_from_dict
+
+        result = host_result_from_dict(eg.graph, entry, argument="plan")   # re-simulated; errors name `plan`
+        budget_bytes, hoist = result.budget_bytes, bool(entry.get("hoist", s.hoist))
+    elif entry is not None:
         schedule = Schedule.from_dict(entry["schedule"])
         sim = simulate(eg.graph, schedule)
         budget_bytes = int(entry["budget_bytes"])
