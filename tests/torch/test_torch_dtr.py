@@ -363,3 +363,29 @@ def test_twenty_repeated_runs_at_one_budget_all_succeed():
             assert rt.stats["peak_bytes"] <= rt.budget_bytes and rt.stats["evictions"] > 0, run
         for p, q in zip(model.parameters(), ref.parameters()):
             assert torch.equal(p.grad, q.grad), run
+
+
+def test_h_dtr_choice_walked_by_local_score_equals_scoring_every_candidate(monkeypatch):
+    # the eviction walks candidates by their local score (cost / (bytes * staleness), never above h_dtr's)
+    # and stops once that reaches the best full score: it must pick what scoring all of them picks
+    import importlib
+
+    live = importlib.import_module("remat_torch.dtr")
+    real = live.DTRRuntime._lowest_score
+    rounds = []
+
+    def checked(self, candidates):
+        got = real(self, candidates)
+        scores = [self._score(v) for v in candidates]
+        assert got is candidates[scores.index(min(scores))]   # the first of the lowest, as a full scan gives
+        rounds.append(len(candidates))
+        return got
+
+    monkeypatch.setattr(live.DTRRuntime, "_lowest_score", checked)
+    torch.manual_seed(1)
+    model, xs = TreeNet(), torch.randn(32, 16)
+    full = activation_peak_bytes(lambda: model(xs).backward())
+    model.zero_grad(set_to_none=True)
+    with remat_torch.dtr(budget=int(0.6 * full), max_replay_factor=10) as rt:
+        model(xs).backward()
+    assert rt.stats["evictions"] > 0 and max(rounds) > 10   # many evictions among many candidates were checked
