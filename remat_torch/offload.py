@@ -32,7 +32,7 @@ from typing import Any
 from remat_core.host import HostPlan, Offload, Prefetch, Wait, simulate_host
 from remat_core.plan import Compute, ExecutionPlan, Free, InvalidPlanError
 
-from .execute import Executor, StepState, _get_rng, _replay_rng
+from .execute import Executor, StepState
 from .extract import ExtractedGraph
 
 __all__ = ["OffloadExecutor", "strip_copies"]
@@ -144,7 +144,9 @@ class OffloadExecutor(Executor):
                     self._compute(st, s, cuda)
                 elif isinstance(s, Free):
                     self._wait(st, s.register, cuda)
-                    self._drop(st, s.register)
+                    if s.register not in st.regs:
+                        raise InvalidPlanError(f"the plan frees register {s.register}, which is not live")
+                    self._base_statement(st, s)
                 elif isinstance(s, Offload):
                     self._offload(st, s, cuda, stream)
                 elif isinstance(s, Prefetch):
@@ -156,36 +158,20 @@ class OffloadExecutor(Executor):
 
     # ------------------------------------------------------------ statements
     def _compute(self, st: StepState, s: Compute, cuda: bool) -> None:
-        k = s.node
-        spec = self.eg.groups[k]
-        regs = st.regs
         if cuda:
             for r in s.inputs:
                 self._wait(st, r, cuda, out=False)
-        args = [st.values[src[1]] if src[0] == "ph" else regs[s.inputs[src[1]]][src[2]] for src in spec.inputs]
-        if spec.random and k in st.rng:
-            state = st.rng.pop(k) if s.register == self._last_register[k] else st.rng[k]
-            with _replay_rng(state):
-                outs, _ = self._call(k, args, st)
-        else:
-            if spec.random and self.compute_counts[k] > 1:
-                st.rng[k] = _get_rng()
-            outs, _ = self._call(k, args, st)
-        fixed_joint = getattr(self, "_fixed_joint", range(self._n_fwd_out))
-        jptrs = set()
-        for oi, j in spec.joint_outputs:
-            t = outs[oi]
-            if j in fixed_joint:
-                jptrs.add(t.untyped_storage().data_ptr())
-            if j < self._n_fwd_out:
-                if s.stage == k:
-                    st.joint_values[j] = t
-            elif s.register == self._last_register[k]:
-                st.joint_values[j] = t
-        self._hold(st, s.register, outs, jptrs)
-        step = self.eg.graph.fixed_bytes + st.current_bytes + spec.workspace_bytes
-        st.step_bytes.append(step)
-        st.peak_bytes = max(st.peak_bytes, step)
+        self._base_statement(st, s)
+
+    def _base_statement(self, st: StepState, s) -> None:
+        """Run one ``Compute`` or ``Free`` with the base class's tracked loop (the node call, the RNG replay of
+        a recomputation, the model outputs, the device bytes), which reads its statements from ``_stmts``."""
+        saved = self._stmts
+        self._stmts = (s,)
+        try:
+            Executor._run_tracked(self, st, 0, 1)
+        finally:
+            self._stmts = saved
 
     def _hold(self, st: StepState, r: int, outs, skip=()) -> None:
         """Register ``r`` holds ``outs``; count the device storages it adds."""
@@ -210,17 +196,6 @@ class OffloadExecutor(Executor):
                 ent[0] += 1
         st.regs[r] = outs
         st.reg_keys[r] = keys
-
-    def _drop(self, st: StepState, r: int) -> None:
-        if r not in st.regs:
-            raise InvalidPlanError(f"the plan frees register {r}, which is not live")
-        del st.regs[r]
-        for p in st.reg_keys.pop(r):
-            ent = st.live[p]
-            ent[0] -= 1
-            if ent[0] == 0:
-                st.current_bytes -= ent[1]
-                del st.live[p]
 
     def _wait(self, st: StepState, r: int, cuda: bool, out: bool = True) -> None:
         ev = st.events.get(r)
