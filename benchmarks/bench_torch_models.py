@@ -4,115 +4,142 @@ checkpointing and torch.compile's own ``activation_memory_budget``.
 Run: ``.venv/bin/python benchmarks/bench_torch_models.py [--quick] [--device cuda]``
 
 GPT-2, BERT, Llama, Qwen2, ViT and T5 (``benchmarks/_hf_models.py``: random
-weights, each returning its own loss) sized so that activations dominate.
-For every model, in one process:
+weights, each returning its own loss; sizes in ``SIZES``, chosen so that an
+eager step takes 0.2-1 s on one CPU thread). For every model, every method
+and setting (a *config*) is one worker process:
 
-* **ours**: ``rematerialize(..., method="auto", granularity="auto")`` at
-  ``--fractions`` of activation memory (plans executed op by op by
-  remat_torch; 1.0 is checkpoint-all; empty ``--fractions`` skips them);
-* **ours compiled**: ``torch.compile(model, backend=remat_torch.backend(budget=f))``
-  at ``--ours-compiled-budgets`` (remat's partitioner, Inductor compiling both
-  halves; at the first infeasible budget once more at the smallest budget the
-  error names, in bytes);
-* **HF checkpointing**: eager (its unconstrained run) and
-  ``activation_checkpointing_enable(every_n_layers=n)``, n = 1 and 2;
+* **eager** and **HF checkpointing** (``activation_checkpointing_enable``
+  every 1 and every 2 layers);
 * **torch.compile** (Inductor) with ``torch._functorch.config.activation_memory_budget``
-  at ``--compile-budgets``, each with a fresh compile (``torch._dynamo.reset()``
-  and a partitioner object of its own, so no budget reuses another's cached
-  code) and a check that the partitioner ran.
+  at ``--compile-budgets``; the worker checks that compile's partitioner ran
+  (a partitioner object that counts its calls);
+* **ours**: ``rematerialize(..., method="auto", granularity="auto")`` at
+  ``--fractions`` of activation memory, executed op by op by remat_torch;
+* **ours compiled**: ``torch.compile(model, backend=remat_torch.backend(budget=f))``
+  at ``--ours-compiled-budgets``.
 
-Memory: one meter for every method (CPU: :class:`remat_torch.meter.AllocatorMeter`;
-CUDA: ``torch.cuda.max_memory_allocated``) over one step, gradients set to
-``None`` before it, plus the bytes resident before the step (parameters,
-buffers, inputs). Time: median of interleaved rounds (order rotated every
-round; CUDA events on a GPU), after warm-up; reported over eager's and over
-the method's own unconstrained run. *First step*: the wall time of the first
-step (tracing, planning, compiling; ours compiled also runs its compile-time
-check of the step's peak).
+For ours and ours compiled the fractions go down until one is infeasible; then
+one more worker plans at the smallest budget the error names (in bytes, 1%
+above), and the series stops: "from 1.0 down to our smallest plan".
+
+Fairness. Each worker is a fresh process with a fresh, empty Inductor/Triton
+cache directory (``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR``) and one
+compile thread, so *time to first step* (from the untouched model to the end
+of its first training step: tracing, planning, compiling, any compile-time
+check) is a cold start for every config alike. The workers of one model are
+started one after another (their first steps never overlap), stay alive, and
+are then timed in interleaved rounds: the parent asks each worker in turn for
+one step (order rotated every round), so a drift of the machine's speed falls
+on every config alike. Step time is the median over rounds.
+
+Memory: one meter for every config (CPU: :class:`remat_torch.meter.AllocatorMeter`;
+CUDA: ``torch.cuda.max_memory_allocated``) over one step after a warm-up
+step, gradients set to ``None`` before it, plus the bytes resident before the
+step (parameters, buffers, inputs).
+
+Ctrl-C (or SIGTERM) stops the workers (each also ends itself within a second
+when the parent dies) and removes the cache directories.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
+import json
 import os
+import select
+import shutil
+import signal
 import statistics
+import subprocess
 import sys
+import tempfile
+import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-import _report  # noqa: E402
-from _hf_models import MODELS, make_model  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, ".."))
 
 import torch  # noqa: E402
-
-from remat_core.errors import BudgetInfeasibleError  # noqa: E402
-from remat_core.units import budget_fraction, format_bytes  # noqa: E402
-from remat_torch import rematerialize  # noqa: E402
-from remat_torch.meter import AllocatorMeter  # noqa: E402
+from torch._inductor.custom_graph_pass import CustomPartitionerFn  # noqa: E402
 
 MiB = 2 ** 20
 
+#: per model: layers, hidden, seq, batch; eager steps of 0.2-1 s on one thread of this 2-core CPU
+SIZES = {
+    "gpt2": dict(layers=2, hidden=128, seq=128, batch=12),
+    "bert": dict(layers=2, hidden=128, seq=128, batch=16),
+    "llama": dict(layers=2, hidden=128, seq=128, batch=12),
+    "qwen2": dict(layers=2, hidden=128, seq=128, batch=12),
+    "vit": dict(layers=2, hidden=128, seq=64, batch=24),
+    "t5": dict(layers=2, hidden=128, seq=128, batch=8),
+}
+QUICK_SIZE = dict(layers=1, hidden=64, seq=32, batch=2)
 
-def step(model, inputs):
+
+# ------------------------------------------------------------------ the worker (one config, one process)
+
+def _die_with_parent():
+    """End this process when the parent dies (a thread watches the parent's pid; ``PR_SET_PDEATHSIG`` would fire
+    when the parent *thread* that started the worker ends, and the parent starts workers from a thread pool)."""
+    import threading
+
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _step(model, inputs):
     model.zero_grad(set_to_none=True)
     model(*inputs).backward()
 
 
-def resident_bytes(model, inputs) -> int:
+def _resident_bytes(model, inputs) -> int:
     seen = {}
     for t in list(model.parameters()) + list(model.buffers()) + list(inputs):
         seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
     return sum(seen.values())
 
 
-def measured_peak(model, inputs, resident: int) -> int:
-    step(model, inputs)  # warm-up: one-off allocations
+def _measured_peak(model, inputs, resident: int) -> int:
+
+    _step(model, inputs)  # warm-up: one-off allocations
     model.zero_grad(set_to_none=True)
     if inputs[0].device.type == "cuda":
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
-        loss = model(*inputs)
-        loss.backward()
-        del loss
+        model(*inputs).backward()
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - base + resident
+    from remat_torch.meter import AllocatorMeter
+
     with AllocatorMeter() as meter:
-        loss = model(*inputs)
-        loss.backward()
-        del loss
+        model(*inputs).backward()
     return meter.peak_bytes + resident
 
 
-def timed_step(model, inputs) -> float:
+def _timed_step(model, inputs) -> float:
     """One step's time: CUDA events on a GPU, the wall clock on CPU."""
     if inputs[0].device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()
         start.record()
-        step(model, inputs)
+        _step(model, inputs)
         end.record()
         torch.cuda.synchronize()
         return start.elapsed_time(end) / 1e3
     t0 = time.perf_counter()
-    step(model, inputs)
+    _step(model, inputs)
     return time.perf_counter() - t0
 
 
-def interleaved_times(variants: dict, inputs, rounds: int) -> dict:
-    names = list(variants)
-    times = {k: [] for k in names}
-    for r in range(rounds):
-        for k in names[r % len(names):] + names[:r % len(names)]:
-            times[k].append(timed_step(variants[k]["model"], inputs))
-    return {k: statistics.median(v) for k, v in times.items()}
-
-
-def hf_checkpointed(base, every_n: int):
-    m = copy.deepcopy(base)
+def _hf_checkpointed(m, every_n: int):
     hf = m.hf
     if hasattr(hf, "activation_checkpointing_enable"):
         hf.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False},
@@ -120,23 +147,19 @@ def hf_checkpointed(base, every_n: int):
     elif every_n == 1:
         hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     else:
-        return None
+        raise NotImplementedError("this transformers version checkpoints every layer only")
     m.train()
     return m
 
 
-from torch._inductor.custom_graph_pass import CustomPartitionerFn  # noqa: E402
-
-
 class CheckedMinCut(CustomPartitionerFn):
-    """compile's own partitioner (``activation_memory_budget`` as set), counting its calls.
+    """compile's own partitioner (``activation_memory_budget`` as set), counting its calls: a worker whose
+    partitioner never ran reused compiled code from somewhere and is refused. Module level: Inductor pickles
+    its settings, this object included, for its cache key."""
 
-    A partitioner object of its own gives each budget its own Inductor cache key, so no budget reuses another's
-    compiled code (the benchmark's earlier GPT-2 rows all showed the first budget's peak)."""
-
-    def __init__(self):
+    def __init__(self, budget: float):
         self.calls = 0
-        self.nonce = os.urandom(8).hex()
+        self.budget = budget
 
     def __call__(self, gm, joint_inputs, **kwargs):
         from torch._functorch.partitioners import min_cut_rematerialization_partition
@@ -145,314 +168,534 @@ class CheckedMinCut(CustomPartitionerFn):
         return min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
 
     def uuid(self):
-        return "checked-min-cut-" + self.nonce
+        return f"checked-min-cut-{self.budget}-{os.getpid()}"
 
 
-def compiled(base, inputs, budget: float):
-    """torch.compile with Inductor at ``activation_memory_budget=budget``: (model, time to first step, graphs)."""
+def _compile_with_budget(m, budget: float):
+    """torch.compile (Inductor) at ``activation_memory_budget=budget``: (compiled model, its partitioner, the
+    config patch to hold during the first step)."""
     import torch._functorch.config as fconfig
     from torch._inductor.compile_fx import compile_fx
 
-    m = copy.deepcopy(base)
-    torch._dynamo.reset()
-    part = CheckedMinCut()
+    part = CheckedMinCut(budget)
 
     def be(gm, example_inputs):
         return compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": part})
 
-    with fconfig.patch(activation_memory_budget=budget):
+    return torch.compile(m, backend=be), part, fconfig.patch(activation_memory_budget=budget)
+
+
+def _setup_and_first_step(spec, m, inputs) -> tuple:
+    """Make config ``spec`` of model ``m`` and run its first step: (model to time, info for the table)."""
+    kind, budget = spec["kind"], spec.get("budget")
+    info: dict = {}
+    if kind == "eager":
+        _step(m, inputs)
+        return m, info
+    if kind == "hf":
+        m = _hf_checkpointed(m, budget)
+        _step(m, inputs)
+        return m, info
+    if kind == "compile":
+        cm, part, patch = _compile_with_budget(m, budget)
+        with patch:  # forward and backward both compile inside the first step
+            _step(cm, inputs)
+        if part.calls == 0:
+            raise RuntimeError(f"compile's partitioner did not run at budget {budget} (compiled code was reused)")
+        info["graphs"] = part.calls
+        return cm, info
+    if kind == "ours":
+        from remat_torch import rematerialize
+
+        rm = rematerialize(m, inputs, budget=budget, method="auto", granularity="auto",
+                           cost_model=spec["cost_model"], workspace="measure", time_limit_s=spec["time_limit"])
+        _step(rm, inputs)
+        res = rm.result
+        info.update(predicted=int(rm.executor.peak_bytes), solver=f"{res.method} ({res.status.value})",
+                    recomputed=int((res.schedule.compute_counts() - 1).sum()), nodes=rm.extracted.graph.n,
+                    granularity=rm.extracted.granularity)
+        return rm, info
+    if kind == "ours-compiled":
+        from remat_torch import backend
+
+        be = backend(budget, time_limit_s=spec["time_limit"])
         cm = torch.compile(m, backend=be)
-        t0 = time.perf_counter()
-        step(cm, inputs)  # compiles forward and backward under this budget
-        compile_s = time.perf_counter() - t0
-    if part.calls == 0:
-        raise RuntimeError(f"compile's partitioner did not run at budget {budget} (a cached graph was reused)")
-    return cm, compile_s, part.calls
+        _step(cm, inputs)  # traces, plans, compiles, checks the compiled step's peak
+        plans = be.partitioner.plans
+        if not plans:
+            raise RuntimeError("remat's partitioner did not run")
+        p = plans[-1]
+        info.update(predicted_above=int(p.predicted_peak_bytes), checked_above=p.measured_peak_bytes,
+                    solver=f"{p.source}, {p.attempts} compile(s)", plan_s=p.plan_time_s,
+                    recomputed=p.n_recomputed, graphs=len(plans))
+        return cm, info
+    raise ValueError(f"unknown config kind {kind!r}")
 
 
-def ours_compiled(base, inputs, budget, time_limit: float):
-    """torch.compile with ``remat_torch.backend(budget)``: (model, time to first step, the plan)."""
-    from remat_torch import backend
+def _infeasible(exc):
+    """(smallest bytes, how they count) if ``exc`` (or what it wraps) says the budget is below every plan."""
+    from remat_core.errors import BudgetInfeasibleError
+    from remat_torch import CompiledBudgetError
 
-    m = copy.deepcopy(base)
-    torch._dynamo.reset()
-    be = backend(budget, time_limit_s=time_limit)
-    cm = torch.compile(m, backend=be)
-    t0 = time.perf_counter()
-    step(cm, inputs)  # traces, plans, compiles, checks the compiled step's peak
-    compile_s = time.perf_counter() - t0
-    if not be.partitioner.plans:
-        raise RuntimeError("remat's partitioner did not run")
-    return cm, compile_s, be.partitioner.plans
+    err = exc
+    while err is not None:
+        if isinstance(err, BudgetInfeasibleError):
+            return err.min_budget_bytes
+        if isinstance(err, CompiledBudgetError):
+            return err.smallest_bytes
+        err = getattr(err, "inner_exception", None) or err.__cause__ or err.__context__
+    return None
 
 
-def run_model(name, args, log):
-    base, inputs = make_model(name, layers=args.layers, hidden=args.hidden, seq=args.seq, batch=args.batch,
-                              dropout=not args.no_dropout)
-    base, inputs = base.to(args.device), tuple(x.to(args.device) for x in inputs)
-    resident = resident_bytes(base, inputs)
-    variants: dict = {"eager": {"method": "HF checkpointing", "label": "eager (no checkpointing)",
-                                "model": copy.deepcopy(base), "unconstrained": "eager"}}
-    for n in (1, 2):
-        m = hf_checkpointed(base, n)
-        if m is not None:
-            variants[f"hf every {n}"] = {"method": "HF checkpointing", "label": f"checkpoint every {n} layer(s)",
-                                         "model": m, "unconstrained": "eager"}
-    t0 = time.perf_counter()
-    full = graph = None
-    if args.fractions:
-        full = rematerialize(copy.deepcopy(base), inputs, budget=1.0, method="checkpoint-all", granularity="auto",
-                             cost_model=args.cost_model, workspace="measure")
-        graph = full.extracted.graph
-        log(f"{name}: extracted {graph.n} nodes ({full.extracted.granularity}) in {time.perf_counter() - t0:.0f} s")
-        variants["ours 1.0"] = {"method": "ours", "label": "checkpoint-all (1.0)", "model": full,
-                                "unconstrained": "ours 1.0", "fraction": 1.0, "solve_s": 0.0,
-                                "predicted": full.executor.peak_bytes}
-    extract_s = time.perf_counter() - t0
-    smallest = None
-    for f in args.fractions:
-        try:
-            t0 = time.perf_counter()
-            rm = full.replan(budget=f, method="auto", time_limit_s=args.time_limit)
-            solve_s = time.perf_counter() - t0
-        except BudgetInfeasibleError as exc:
-            smallest = exc.min_budget_bytes
-            log(f"{name}: {f} infeasible (smallest feasible {format_bytes(smallest) if smallest else '?'})")
-            if smallest:
-                f_min = round(budget_fraction(graph, smallest) + 0.01, 3)
-                if f_min < 1.0 and all(v.get("fraction") != f_min for v in variants.values()):
-                    try:
-                        t0 = time.perf_counter()
-                        rm = full.replan(budget=f_min, method="auto", time_limit_s=args.time_limit)
-                        solve_s = time.perf_counter() - t0
-                        f = f_min
-                    except BudgetInfeasibleError:
-                        break
-                else:
-                    break
-            else:
-                break
-        variants[f"ours {f}"] = {"method": "ours", "label": f"auto @ {f}", "model": rm, "unconstrained": "ours 1.0",
-                                 "fraction": f, "solve_s": solve_s, "predicted": rm.executor.peak_bytes,
-                                 "solver": f"{rm.result.method} ({rm.result.status.value})",
-                                 "recomputed": int((rm.result.schedule.compute_counts() - 1).sum())}
-        log(f"{name}: ours @ {f} solved in {solve_s:.1f} s")
-        if smallest:
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its finished children (the C++ compiler runs Inductor spawns)."""
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def worker(spec: dict) -> None:
+    """One config in this process: build, first step, peak; then one timed step per ``step`` line on stdin.
+
+    Replies are JSON lines on the original stdout; everything the libraries print goes to ``spec["log"]``."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the workers
+    reply = os.fdopen(os.dup(1), "w", buffering=1)
+    logfd = os.open(spec["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(logfd, 1)
+    os.dup2(logfd, 2)
+
+    def send(**msg):
+        reply.write(json.dumps(msg) + "\n")
+
+    from _hf_models import make_model
+
+    torch.set_num_threads(spec["threads"])
+    m, inputs = make_model(spec["model"], dropout=spec["dropout"], **spec["size"])
+    m, inputs = m.to(spec["device"]), tuple(x.to(spec["device"]) for x in inputs)
+    resident = _resident_bytes(m, inputs)
+    t0, cpu0 = time.perf_counter(), _cpu_s()
+    try:
+        model, info = _setup_and_first_step(spec, m, inputs)
+    except Exception as exc:
+        smallest = _infeasible(exc)
+        msg = " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
+        send(status="infeasible" if smallest else "error", smallest=smallest, message=msg,
+             first_s=time.perf_counter() - t0, first_cpu_s=_cpu_s() - cpu0)
+        return
+    first_s, first_cpu_s = time.perf_counter() - t0, _cpu_s() - cpu0
+    peak = _measured_peak(model, inputs, resident)
+    send(status="ready", first_s=first_s, first_cpu_s=first_cpu_s, peak=peak, resident=resident, info=info)
+    for line in sys.stdin:
+        if line.strip() != "step":
             break
-    if name in args.compile_models:
-        for b in args.compile_budgets:
+        send(time_s=_timed_step(model, inputs))
+
+
+# ------------------------------------------------------------------ the parent
+
+class Workers:
+    """The worker processes of one run and their cache folders; ``close()`` ends and removes them all."""
+
+    def __init__(self):
+        self.root = tempfile.mkdtemp(prefix="remat-bench-models-")
+        self.procs: list = []
+        self.n = 0
+        self.lock = threading.Lock()
+        self.closed = False
+
+    def start(self, spec: dict, timeout_s: float) -> tuple:
+        """Start the worker of ``spec`` and wait for its first reply: (process or None, reply)."""
+        with self.lock:
+            if self.closed:
+                return None, {"status": "error", "message": "interrupted"}
+            self.n += 1
+            folder = os.path.join(self.root, f"w{self.n}")
+            os.makedirs(folder)
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(folder, "inductor"),
+                   TRITON_CACHE_DIR=os.path.join(folder, "triton"), TORCHINDUCTOR_COMPILE_THREADS="1",
+                   HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+        spec = dict(spec, log=os.path.join(folder, "log.txt"))
+        with self.lock:
+            if self.closed:
+                return None, {"status": "error", "message": "interrupted"}
+            p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+                                 start_new_session=True)
+            self.procs.append(p)
+        msg = self._read(p, timeout_s, spec["log"])
+        if msg.get("status") != "ready":
+            self.stop(p)
+            return None, msg
+        return p, msg
+
+    def _read(self, p, timeout_s: float, log_path: str | None = None) -> dict:
+        ready, _, _ = select.select([p.stdout], [], [], timeout_s)
+        line = p.stdout.readline() if ready else ""
+        if line:
+            return json.loads(line)
+        why = f"no reply in {timeout_s:.0f} s" if not ready else f"exited with {p.poll()}"
+        tail = ""
+        if log_path and os.path.exists(log_path):
+            with open(log_path, errors="replace") as f:
+                tail = " | ".join(f.read().strip().splitlines()[-3:])[-400:]
+        return {"status": "error", "message": f"worker {why}: {tail}"}
+
+    def step(self, p, timeout_s: float) -> float:
+        p.stdin.write("step\n")
+        p.stdin.flush()
+        msg = self._read(p, timeout_s)
+        if "time_s" not in msg:
+            raise RuntimeError(f"a worker failed while timed: {msg.get('message')}")
+        return msg["time_s"]
+
+    def stop(self, p):
+        if p.poll() is None:
             try:
-                cm, compile_s, graphs = compiled(base, inputs, b)
-            except Exception as exc:  # no C++ compiler, unsupported op: say so in the table
-                log(f"{name}: torch.compile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
-                break
-            variants[f"compile {b}"] = {"method": "torch.compile", "label": f"activation_memory_budget={b}",
-                                        "model": cm, "unconstrained": "compile 1.0", "compile_s": compile_s,
-                                        "graphs": graphs}
-            log(f"{name}: torch.compile @ {b} compiled in {compile_s:.0f} s ({graphs} graph(s))")
-        budgets = list(args.ours_compiled_budgets)
-        while budgets:
-            b = budgets.pop(0)
-            try:
-                cm, compile_s, plans = ours_compiled(base, inputs, b, args.time_limit)
-            except Exception as exc:
-                from remat_torch import CompiledBudgetError
+                p.stdin.close()
+                p.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                p.kill()
+                p.wait()
+        with self.lock:
+            if p in self.procs:
+                self.procs.remove(p)
 
-                err = exc
-                while err is not None and not isinstance(err, CompiledBudgetError):
-                    err = getattr(err, "inner_exception", None) or err.__cause__
-                msg = " ".join(str(err or exc).split())[:600]
-                log(f"{name}: ours compiled @ {b}: {type(err or exc).__name__}: {msg}")
-                if err is not None and err.smallest_bytes and not isinstance(b, int):
-                    budgets = [int(err.smallest_bytes * 1.02)]   # once more at the smallest found, then stop
-                else:
-                    budgets = []
-                continue
-            plan = plans[-1]
-            label = f"{b:g}" if isinstance(b, float) else f"{b / MiB:.2f} MiB (smallest found)"
-            variants[f"ours-compiled {label}"] = {
-                "method": "ours compiled", "label": f"backend(budget={label})", "model": cm,
-                "unconstrained": "compile 1.0", "compile_s": compile_s, "predicted": plan.predicted_peak_bytes
-                + resident, "solver": f"{plan.source}, {plan.attempts} compile(s)", "solve_s": plan.plan_time_s,
-                "recomputed": plan.n_recomputed, "graphs": len(plans)}
-            log(f"{name}: ours compiled @ {label}: {plan.source}, predicted {plan.predicted_peak_bytes / MiB:.2f} "
-                f"MiB, checked {(plan.measured_peak_bytes or 0) / MiB:.2f} MiB, first step {compile_s:.0f} s")
-    for k, v in variants.items():
-        v["peak"] = measured_peak(v["model"], inputs, resident)
-    for v in variants.values():
-        step(v["model"], inputs)
-    times = interleaved_times(variants, inputs, args.rounds)
-    rows = []
-    for k, v in variants.items():
-        base_key = v["unconstrained"] if v["unconstrained"] in times else None
-        rows.append({
-            "model": name, "key": k, "method": v["method"], "label": v["label"], "peak": v["peak"],
-            "time_s": times[k], "overhead_own": times[k] / times[base_key] if base_key else None,
-            "overhead_eager": times[k] / times["eager"], "fraction": v.get("fraction"),
-            "solve_s": v.get("solve_s"), "predicted": v.get("predicted"), "solver": v.get("solver"),
-            "recomputed": v.get("recomputed"), "compile_s": v.get("compile_s"), "graphs": v.get("graphs"),
-        })
-    meta = {"nodes": graph.n if graph else None, "granularity": full.extracted.granularity if full else None,
-            "extract_s": extract_s, "resident": resident,
-            "activation_bytes": int(full.executor.peak_bytes - graph.fixed_bytes) if full else None}
-    for v in variants.values():
-        v["model"] = None
-    return rows, meta
+    def close(self):
+        with self.lock:
+            self.closed = True
+            procs, self.procs = list(self.procs), []
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
-def equal_memory(rows):
-    """For every baseline point, our fastest plan whose measured peak is at or below it."""
-    out = []
-    for r in rows:
-        if r["method"].startswith("ours") or r["key"] == "eager":
-            continue
-        fit = [o for o in rows if o["model"] == r["model"] and o["method"].startswith("ours")
-               and o["peak"] <= r["peak"]]
-        best = min(fit, key=lambda o: o["overhead_eager"]) if fit else None
-        out.append((r, best))
+def plan_configs(name: str, args) -> list:
+    """The fixed configs of one model; the fractions of ours run as series (see :func:`run_model`)."""
+    out = [{"kind": "eager", "method": "HF checkpointing", "label": "eager (no checkpointing)"}]
+    for n in args.hf_every:
+        out.append({"kind": "hf", "budget": n, "method": "HF checkpointing", "label": f"checkpoint every {n} layer(s)"})
+    for b in args.compile_budgets:
+        out.append({"kind": "compile", "budget": b, "method": "torch.compile",
+                    "label": f"activation_memory_budget={b:g}"})
     return out
 
 
-def plot(all_rows, path):
+def run_model(name: str, args, workers: Workers, log) -> dict:
+    """Every config of model ``name``: first steps (``args.jobs`` at a time), then interleaved timing."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    size = QUICK_SIZE if args.quick else SIZES[name]
+    common = {"model": name, "size": size, "device": args.device, "threads": args.threads,
+              "dropout": not args.no_dropout, "cost_model": args.cost_model, "time_limit": args.time_limit}
+    load_start = os.getloadavg()
+    rows, live, lock = [], [], threading.Lock()
+
+    def launch(cfg) -> dict:
+        t0 = time.perf_counter()
+        p, msg = workers.start(dict(common, **cfg), args.config_timeout)
+        row = dict(cfg, model=name, status=msg["status"], first_s=msg.get("first_s"),
+                   first_cpu_s=msg.get("first_cpu_s"), wall_s=time.perf_counter() - t0, peak=msg.get("peak"),
+                   resident=msg.get("resident"), message=msg.get("message"), smallest=msg.get("smallest"),
+                   **msg.get("info", {}))
+        with lock:
+            rows.append(row)
+            if p is not None:
+                live.append((p, row))
+        if p is not None:
+            log(f"{name}: {cfg['method']} {cfg['label']}: first step {row['first_s']:.1f} s "
+                f"({row['first_cpu_s']:.1f} CPU s), peak {row['peak'] / MiB:.2f} MiB")
+        else:
+            log(f"{name}: {cfg['method']} {cfg['label']}: {msg['status']}: {msg.get('message')}")
+        return row
+
+    def series(kind, method, budgets):
+        """Fractions going down until one is infeasible, then once at the smallest budget its error names."""
+        for b in budgets:
+            row = launch({"kind": kind, "budget": b, "method": method, "label": f"budget={b:g}", "fraction": b})
+            if row["status"] == "ready":
+                continue
+            if row["status"] == "infeasible" and row["smallest"]:
+                # ours (eager-executed): total bytes; ours compiled: bytes above the pre-step level
+                at = int(row["smallest"] * 1.01)
+                launch({"kind": kind, "budget": at, "method": method, "smallest_found": True,
+                        "label": f"budget={at / MiB:.2f} MiB (smallest found)"})
+            return
+
+    tasks = [(series, ("ours", "ours", args.fractions))]
+    if name in args.compile_models:
+        tasks.insert(0, (series, ("ours-compiled", "ours compiled", args.ours_compiled_budgets)))
+    tasks += [(launch, (cfg,)) for cfg in plan_configs(name, args)]
+    pool = ThreadPoolExecutor(max_workers=args.jobs)  # each task starts its workers one at a time
+    try:
+        for fut in [pool.submit(fn, *a) for fn, a in tasks]:
+            fut.result()
+    except BaseException:  # Ctrl-C: end the workers first, so that no thread waits on one
+        workers.close()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
+    order = {id(cfg): i for i, cfg in enumerate(rows)}
+    kinds = ["eager", "hf", "compile", "ours", "ours-compiled"]
+    rows.sort(key=lambda r: (kinds.index(r["kind"]), order[id(r)]))
+    live.sort(key=lambda pr: (kinds.index(pr[1]["kind"]), order[id(pr[1])]))
+    log(f"{name}: {len(live)} configs ready; timing {args.rounds} interleaved rounds")
+    times = {id(row): [] for _, row in live}
+    for p, row in live:  # one untimed step each after the peak's steps
+        workers.step(p, args.config_timeout)
+    for r in range(args.rounds):
+        for p, row in live[r % len(live):] + live[:r % len(live)]:
+            times[id(row)].append(workers.step(p, args.config_timeout))
+    for p, row in live:
+        row["time_s"] = statistics.median(times[id(row)])
+        row["times_s"] = times[id(row)]
+        workers.stop(p)
+    eager = next((r["time_s"] for r in rows if r["kind"] == "eager" and "time_s" in r), None)
+    for r in rows:
+        if "time_s" in r and eager:
+            r["overhead_eager"] = r["time_s"] / eager
+    return {"rows": rows, "size": size, "load_start": load_start, "load_end": os.getloadavg()}
+
+
+# ------------------------------------------------------------------ report
+
+def _ours(r):
+    return r["method"].startswith("ours")
+
+
+def goals(rows: list) -> dict:
+    """Issue 40's three goals on one model's rows (only configs that ran)."""
+    ran = [r for r in rows if "time_s" in r]
+    ours = [r for r in ran if _ours(r)]
+    peers = [r for r in ran if not _ours(r) and r["kind"] != "eager"]
+    checks = []
+    for peer in peers:
+        fit = [o for o in ours if o["peak"] <= peer["peak"]]
+        best = min(fit, key=lambda o: o["time_s"]) if fit else None
+        checks.append((peer, best, best is not None and best["time_s"] <= peer["time_s"]))
+    floor_ours = min((o["peak"] for o in ours), default=None)
+    floor_peers = min((p["peak"] for p in ran if not _ours(p)), default=None)
+    def first(kind):  # CPU seconds: the load of other jobs on the machine does not inflate them
+        return [r["first_cpu_s"] for r in ran if r["kind"] == kind]
+
+    return {"equal_memory": checks, "floor_ours": floor_ours, "floor_peers": floor_peers,
+            "first_compile": first("compile"), "first_ours_compiled": first("ours-compiled"),
+            "first_ours": first("ours")}
+
+
+def _range(xs):
+    return f"{min(xs):.0f}-{max(xs):.0f} s (median {statistics.median(xs):.0f})" if xs else "none ran"
+
+
+def render(results: dict, args, wall_s: float) -> str:
+    import _report
+
+    table, eq, summary = [], [], []
+    for name, res in results.items():
+        for r in res["rows"]:
+            notes = []
+            if r.get("solver"):
+                notes.append(r["solver"])
+            if r.get("recomputed") is not None:
+                notes.append(f"{r['recomputed']} recomputed")
+            if r.get("predicted"):
+                notes.append(f"predicted {r['predicted'] / MiB:.2f} MiB")
+            if r.get("predicted_above") is not None:
+                notes.append(f"predicted {(r['predicted_above'] + r['resident']) / MiB:.2f} MiB")
+            if r.get("graphs"):
+                notes.append(f"{r['graphs']} graph(s)")
+            if r["status"] != "ready":
+                notes.append(f"**{r['status']}**: {r['message']}")
+            first = f"{r['first_cpu_s']:.1f} ({r['first_s']:.1f})" if r.get("first_s") is not None else "-"
+            table.append([name, r["method"], r["label"], r["peak"] / MiB if r.get("peak") else "-",
+                          r["time_s"] * 1e3 if "time_s" in r else "-", r.get("overhead_eager", "-"), first,
+                          "; ".join(notes)])
+        g = goals(res["rows"])
+        met = sum(ok for _, _, ok in g["equal_memory"])
+        for peer, best, ok in g["equal_memory"]:
+            eq.append([name, f"{peer['method']}: {peer['label']}", peer["peak"] / MiB, peer["overhead_eager"],
+                       f"{best['method']}: {best['label']}" if best else "none of ours at or below this peak",
+                       best["peak"] / MiB if best else "-", best["overhead_eager"] if best else "-",
+                       "met" if ok else "missed"])
+        below = (g["floor_ours"] is not None and g["floor_peers"] is not None and g["floor_ours"] < g["floor_peers"])
+        first_ok = (bool(g["first_compile"]) and bool(g["first_ours_compiled"])
+                    and statistics.median(g["first_ours_compiled"]) <= statistics.median(g["first_compile"]))
+        first_verdict = "met" if first_ok else ("missed" if g["first_ours_compiled"] else "not measured")
+        summary.append([
+            name, f"{met} of {len(g['equal_memory'])}",
+            (f"{'met' if below else 'missed'}: ours {g['floor_ours'] / MiB:.2f} vs peers "
+             f"{g['floor_peers'] / MiB:.2f} MiB") if g["floor_ours"] and g["floor_peers"] else "-",
+            f"{first_verdict}: ours compiled {_range(g['first_ours_compiled'])}; "
+            f"compile {_range(g['first_compile'])}; ours eager-executed {_range(g['first_ours'])}",
+            f"{res['load_start'][0]:.1f} / {res['load_end'][0]:.1f}"])
+    sizes = "; ".join(f"{n} {r['size']['layers']} layers, width {r['size']['hidden']}, batch {r['size']['batch']} x "
+                      f"{r['size']['seq']}" for n, r in results.items())
+    return "\n".join([
+        "## torch-models",
+        "",
+        f"Command: `{_report.command_line()}`  ",
+        f"Machine: {_report.machine_line()}; {args.threads} intra-op thread(s), device {args.device}; whole run "
+        f"{wall_s:.0f} s. The 2 cores were shared with other jobs: the load average (1 min) at the start and end "
+        "of each model is in the last table. Compare ratios within a model, measured in this one run.",
+        "",
+        f"Models (`benchmarks/_hf_models.py`, random weights, own loss, eager attention, dropout "
+        f"{'off' if args.no_dropout else 'as configured'}): {sizes}. Every config is a worker process of its own "
+        "with empty Inductor/Triton cache folders (cold: *first step* is the time from the untouched model to the end "
+        "of its first training step, including tracing, planning, compiling and any compile-time check). *Peak*: "
+        "the allocator meter over one step plus the parameters, buffers and inputs resident before it. *Step / "
+        f"eager*: median of {args.rounds} interleaved rounds (one step of each worker in turn, order rotated).",
+        "",
+        _report.table(["model", "method", "setting", "measured peak MiB", "step ms", "step / eager",
+                       "first step CPU s (wall s)", "notes"], table),
+        "",
+        "### Issue 40's goals",
+        "",
+        "*Equal memory*: for each peer point (HF checkpointing, torch.compile), our fastest config at or below its "
+        "peak must take at most its step time. *Memory no peer reaches*: our smallest measured peak below every "
+        "peer's. *First step*: the median over ours-compiled configs at most the median over torch.compile's, in CPU "
+        "seconds of the worker and the compiler processes it ran (wall seconds depend on the machine's load, and "
+        f"{args.jobs} configs made their first steps at a time).",
+        "",
+        _report.table(["model", "equal memory: met", "memory no peer reaches", "time to first step",
+                       "load avg start / end"], summary),
+        "",
+        _report.table(["model", "peer", "its peak MiB", "its step / eager", "our fastest at or below",
+                       "our peak MiB", "our step / eager", "goal"], eq),
+        "",
+        "![measured peak vs step time](results/torch_models.png)",
+    ])
+
+
+def plot(results: dict, path: str):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    models = list(dict.fromkeys(r["model"] for r in all_rows))
-    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.8), squeeze=False)
+    names = list(results)
+    cols = min(3, len(names))
+    nrows = (len(names) + cols - 1) // cols
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.6 * cols, 3.9 * nrows), squeeze=False)
     style = {"ours": ("o-", "C0"), "ours compiled": ("D-", "C3"), "HF checkpointing": ("s--", "C1"),
              "torch.compile": ("^:", "C2")}
-    for ax, name in zip(axes[0], models):
+    for ax, name in zip(axes.flat, names):
+        ran = [r for r in results[name]["rows"] if "time_s" in r]
         for method, (fmt, color) in style.items():
-            pts = sorted((r["peak"] / MiB, r["overhead_eager"]) for r in all_rows
-                         if r["model"] == name and r["method"] == method)
+            pts = sorted((r["peak"] / MiB, r["overhead_eager"]) for r in ran
+                         if r["method"] == method and r["kind"] != "eager")
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], fmt, color=color, label=method)
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], fmt, color=color, label=method, mfc="none", ms=7)
+        for r in ran:
+            if r["kind"] == "eager":
+                ax.plot([r["peak"] / MiB], [1.0], "k*", ms=10, label="eager")
         ax.set_title(name)
         ax.set_xlabel("measured peak (MiB)")
         ax.set_ylabel("step time / eager")
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def render(all_rows, metas, args, notes):
-    table = []
-    for r in all_rows:
-        extra = []
-        if r["solver"]:
-            extra.append(f"{r['solver']}, plan {r['solve_s']:.1f} s, {r['recomputed']} recomputed nodes, "
-                         f"predicted {r['predicted'] / MiB:.2f} MiB")
-        if r["compile_s"]:
-            graphs = f", {r['graphs']} graph(s)" if r.get("graphs") else ""
-            extra.append(f"first step {r['compile_s']:.0f} s{graphs}")
-        table.append([r["model"], r["method"], r["label"], r["peak"] / MiB, r["time_s"] * 1e3,
-                      r["overhead_own"] if r["overhead_own"] is not None else "-", r["overhead_eager"],
-                      "; ".join(extra)])
-    eq = []
-    for r, best in equal_memory(all_rows):
-        if best is None:
-            eq.append([r["model"], f"{r['method']}: {r['label']}", r["peak"] / MiB, r["overhead_eager"],
-                       "none of ours at or below this peak", "-", "-", "-"])
-        else:
-            eq.append([r["model"], f"{r['method']}: {r['label']}", r["peak"] / MiB, r["overhead_eager"],
-                       best["label"], best["peak"] / MiB, best["overhead_eager"],
-                       "yes" if best["overhead_eager"] <= r["overhead_eager"] else "no"])
-    solve = [[name, m["nodes"] or "-", m["granularity"] or "-", m["extract_s"],
-              m["activation_bytes"] / MiB if m["activation_bytes"] else "-",
-              max((r["solve_s"] or 0) for r in all_rows if r["model"] == name)] for name, m in metas.items()]
-    md = [
-        "## torch-models",
-        "",
-        f"Command: `{_report.command_line()}`  ",
-        f"Machine: {_report.machine_line()}; torch {torch.__version__}, {args.threads} intra-op thread(s); the "
-        "machine was shared with other jobs while this ran (noisy: compare ratios within a model, not times).",
-        "",
-        f"Models (`benchmarks/_hf_models.py`, random weights, own loss): {args.layers} layers, width {args.hidden}, "
-        f"batch {args.batch} x {args.seq} tokens (ViT: {args.seq} patches of 8x8 pixels), eager attention, dropout "
-        "as configured (GPT-2, BERT, ViT 0.1). *Measured peak*: the allocator meter's peak during one step plus "
-        "the parameters, buffers and inputs resident before it, the same meter for every method. *Overhead*: "
-        "median step time over the method's own unconstrained run (ours: checkpoint-all executed by remat_torch; "
-        "HF: eager; torch.compile: budget 1.0), and over eager, from interleaved rounds in one run. Ours: "
-        f"`method=\"auto\"`, `granularity=\"auto\"`, `cost_model=\"{args.cost_model}\"`, measured workspaces, "
-        f"`time_limit_s={args.time_limit:g}`, fractions of activation memory; *predicted*: the executed plan's "
-        "peak in the memory model.",
-        "",
-        *notes,
-        "",
-        _report.table(["model", "method", "setting", "measured peak MiB", "step ms", "overhead (own)",
-                       "overhead (eager)", "notes"], table),
-        "",
-        "### At equal memory: our fastest plan at or below each baseline's measured peak",
-        "",
-        _report.table(["model", "baseline", "its peak MiB", "its step / eager", "our plan", "our peak MiB",
-                       "our step / eager", "ours <= theirs"], eq),
-        "",
-        "### Extraction and solve time (default method `auto`)",
-        "",
-        _report.table(["model", "nodes", "granularity", "extract s (trace, costs, measured workspaces)",
-                       "activation MiB", "longest solve s"], solve),
-        "",
-        "![measured peak vs overhead](results/torch_models.png)",
-    ]
-    return "\n".join(md)
+def _floats(s: str) -> list:
+    return [float(x) for x in s.split(",") if x]
 
 
-def main():
+def parse_args(argv=None):
+    from _hf_models import MODELS
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="two models, fewer budgets and rounds, no torch.compile")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke test (~2 min): GPT-2 at 1 layer, width 64, batch 2 x 32; eager, HF every layer, "
+                         "compile at 0.5, ours at 0.5 (then its smallest), ours compiled at 1.0; 2 rounds; results "
+                         "in --out (default: the temp folder), README untouched")
     ap.add_argument("--models", default=",".join(MODELS))
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--hidden", type=int, default=128)
-    ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--fractions", default="0.7,0.5,0.3,0.15")
-    ap.add_argument("--time-limit", type=float, default=15.0)
-    ap.add_argument("--compile-models", default=",".join(MODELS),
-                    help="models run under torch.compile (its own partitioner and ours)")
+    ap.add_argument("--fractions", default="1.0,0.7,0.5,0.3,0.15",
+                    help="ours (eager-executed): fractions of activation memory, going down")
+    ap.add_argument("--compile-models", default=",".join(MODELS), help="models run under torch.compile and ours compiled")
     ap.add_argument("--compile-budgets", default="1.0,0.5,0.3,0.1,0.0")
     ap.add_argument("--ours-compiled-budgets", default="1.0,0.7,0.5,0.3,0.1",
-                    help="fractions for remat_torch.backend; on the first infeasible one, once more at the smallest "
-                         "budget found")
+                    help="fractions for remat_torch.backend, going down")
+    ap.add_argument("--hf-every", default="1,2", help="HF checkpointing every n layers")
+    ap.add_argument("--time-limit", type=float, default=10.0, help="our solver's time limit per plan (s)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda (peaks: max_memory_allocated; times: CUDA events)")
     ap.add_argument("--no-dropout", action="store_true")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--cost-model", default="profile", help="node costs for our solver: profile (measured) or flops")
     ap.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args()
+    ap.add_argument("--config-timeout", type=float, default=1200.0,
+                    help="seconds a worker may take for its first step (then it counts as failed)")
+    ap.add_argument("--jobs", type=int, default=2,
+                    help="configs making their first step at once (timing rounds always run one step at a time)")
+    ap.add_argument("--out", help="folder of torch_models.json/.png (default benchmarks/results)")
+    ap.add_argument("--no-readme", action="store_true", help="do not rewrite benchmarks/README.md")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        return args
     if args.quick:
-        args.models, args.fractions, args.rounds, args.compile_models = "gpt2,vit", "0.5,0.2", 2, ""
-    args.fractions = [float(f) for f in args.fractions.split(",") if f]
-    args.ours_compiled_budgets = [float(b) for b in args.ours_compiled_budgets.split(",") if b]
+        args.models, args.compile_models, args.rounds = "gpt2", "gpt2", 2
+        args.fractions, args.compile_budgets, args.ours_compiled_budgets, args.hf_every = "0.5", "0.5", "1.0", "1"
+        args.out = args.out or tempfile.gettempdir()
+    args.models = [m for m in args.models.split(",") if m]
+    unknown = [m for m in args.models if m not in SIZES]
+    if unknown:
+        ap.error(f"--models: unknown {unknown}; choose from {list(SIZES)}")
     args.compile_models = [m for m in args.compile_models.split(",") if m]
-    args.compile_budgets = [float(b) for b in args.compile_budgets.split(",") if b]
-    torch.set_num_threads(args.threads)
+    args.fractions, args.compile_budgets = _floats(args.fractions), _floats(args.compile_budgets)
+    args.ours_compiled_budgets = _floats(args.ours_compiled_budgets)
+    args.hf_every = [int(n) for n in args.hf_every.split(",") if n]
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            ap.error("--device cuda: no CUDA device is available")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.worker:
+        return worker(json.loads(args.worker))
+    import _report
+
     started = time.perf_counter()
 
     def log(msg):
         print(f"[{time.perf_counter() - started:6.0f} s] {msg}", flush=True)
 
-    all_rows, metas = [], {}
-    for name in args.models.split(","):
-        rows, meta = run_model(name, args, log)
-        all_rows += rows
-        metas[name] = meta
-        _report.save_json("torch_models", {"machine": _report.machine_line(), "args": vars(args),
-                                           "rows": all_rows, "meta": metas})
-    png = os.path.join(_report.RESULTS, "torch_models.png")
-    plot(all_rows, png)
-    skipped = [m for m in args.models.split(",") if m not in args.compile_models]
-    notes = [f"torch.compile ran on {', '.join(args.compile_models) or 'no model'} at budgets "
-             f"{', '.join(map(str, args.compile_budgets))}"
-             + (f"; not on {', '.join(skipped)} (each compile takes minutes on this CPU)." if skipped else ".")]
-    notes.append(f"Whole run: {time.perf_counter() - started:.0f} s.")
-    md = render(all_rows, metas, args, notes)
-    _report.write_section("torch-models", md)
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    workers = Workers()
+    results = {}
+    out = args.out or _report.RESULTS
+    try:
+        for name in args.models:
+            log(f"{name}: load average {os.getloadavg()[0]:.1f}")
+            results[name] = run_model(name, args, workers, log)
+            _report.save_json("torch_models", {"machine": _report.machine_line(), "command": _report.command_line(),
+                                               "args": vars(args), "results": results}, folder=out)
+    except KeyboardInterrupt:
+        log("interrupted: workers stopped, cache folders removed; nothing written")
+        return 130
+    finally:
+        workers.close()
+    wall = time.perf_counter() - started
+    png = os.path.join(out, "torch_models.png")
+    plot(results, png)
+    md = render(results, args, wall)
+    if not args.quick and not args.no_readme and not args.out:
+        _report.write_section("torch-models", md)
     print(md)
+    log(f"done; plot {png}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
