@@ -185,7 +185,7 @@ def _verified(graph: Graph, schedule: Any, budget_bytes: int, name: str, message
 
 
 def min_peak_schedules(graph: Graph, offer: Callable[[str, RematResult], None], budget_bytes: int,
-                       clock: Callable[[], float] = time.perf_counter, deadline: float | None = None,
+                       clock: Callable[[], float] | None = None, deadline: float | None = None,
                        heuristics: tuple[str, ...] = HEURISTIC_ORDER,
                        seconds_per_computation: dict[str, float] | None = None) -> int | None:
     """Feasibility first: for each heuristic, bisect the whole budget range for the smallest budget at which
@@ -209,6 +209,7 @@ def min_peak_schedules(graph: Graph, offer: Callable[[str, RematResult], None], 
     """
     from ..simulate import checkpoint_all_peak_bytes
 
+    clock = time.perf_counter if clock is None else clock   # looked up now: a test may replace it
     runner = _Runner(graph, clock, deadline, seconds_per_computation)
     lo = graph.min_budget_lower_bound_bytes() - 1
     hi = checkpoint_all_peak_bytes(graph)   # DTR evicts nothing there
@@ -260,7 +261,7 @@ def min_peak_schedules(graph: Graph, offer: Callable[[str, RematResult], None], 
 
 def improve(graph: Graph, budget_bytes: int, offer: Callable[[str, RematResult], None],
             incumbent: Callable[[], RematResult | None], lower_bound: float | None = None,
-            clock: Callable[[], float] = time.perf_counter, deadline: float | None = None,
+            clock: Callable[[], float] | None = None, deadline: float | None = None,
             max_moves: int | None = None, stop: Callable[[], bool] | None = None,
             moves: Iterator[Move] | None = None,
             seconds_per_computation: dict[str, float] | None = None) -> dict[str, Any]:
@@ -279,8 +280,8 @@ def improve(graph: Graph, budget_bytes: int, offer: Callable[[str, RematResult],
         The cheapest result so far (``None``: none).
     lower_bound : float, optional
         A proven lower bound on the cost: the search stops when the incumbent reaches it.
-    clock : callable
-        Seconds (``time.perf_counter`` by default; tests pass a fake clock).
+    clock : callable, optional
+        Seconds (``time.perf_counter``, looked up at the call, by default; tests pass a fake clock).
     deadline : float, optional
         A ``clock()`` time; each run is capped so as to end before it.
     max_moves : int, optional
@@ -307,6 +308,7 @@ def improve(graph: Graph, budget_bytes: int, offer: Callable[[str, RematResult],
     from ..simulate import simulate
     from .segments import polish
 
+    clock = time.perf_counter if clock is None else clock   # looked up now: a test may replace it
     runner = _Runner(graph, clock, deadline, seconds_per_computation)
     lower = graph.min_budget_lower_bound_bytes()
     sim_s: float | None = None
