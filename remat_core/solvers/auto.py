@@ -644,7 +644,10 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
             from . import get_method
             import inspect
 
-            opts = {"time_limit_s": remaining} if "time_limit_s" in inspect.signature(get_method(name)).parameters else {}
+            # half of the time left at most: the windowed MILP after it needs time too (segments took all of it
+            # on a 55-node graph at its smallest budget, and it did not improve the schedule there)
+            limit = None if remaining is None else 0.5 * remaining
+            opts = {"time_limit_s": limit} if "time_limit_s" in inspect.signature(get_method(name)).parameters else {}
             if name == "segments" and best.result is not None:
                 opts["warm_start"] = best.result.schedule
             try:
