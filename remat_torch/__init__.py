@@ -42,8 +42,8 @@ def _check_torch_version(version: str) -> None:
 
 _check_torch_version(_torch.__version__)
 
-from .api import (BudgetInfeasibleError, InputMismatchError, RematModule, rematerialize,  # noqa: E402
-                  resolve_budget, train_step)
+from .api import (BudgetInfeasibleError, InputMismatchError, RematModule, clear_graph_cache,  # noqa: E402
+                  rematerialize, resolve_budget, train_step)
 from .compiled import CompiledBudgetError, backend  # noqa: E402
 from .dtr import dtr  # noqa: E402
 from .execute import Executor  # noqa: E402
@@ -55,6 +55,6 @@ __all__ = [
     "node_costs", "COST_MODELS",
     "Executor",
     "rematerialize", "RematModule", "train_step", "resolve_budget", "BudgetInfeasibleError",
-    "InputMismatchError", "dtr",
+    "InputMismatchError", "clear_graph_cache", "dtr",
     "backend", "CompiledBudgetError",
 ]

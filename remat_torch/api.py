@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -28,7 +29,7 @@ from .guards import AttributeSnapshot, call_signature
 from .offload import OffloadExecutor
 
 __all__ = ["rematerialize", "RematModule", "train_step", "resolve_budget", "BudgetInfeasibleError",
-           "InputMismatchError", "PLAN_FORMAT"]
+           "InputMismatchError", "PLAN_FORMAT", "clear_graph_cache"]
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,12 @@ class _Settings:
     time_limit_s: float | None
     workspace: str | None
     max_plans: int
+
+
+#: Traced and profiled graphs per model (weakly: they go with the model), most recently used last: a
+#: second ``rematerialize`` of the same model and call (another budget or method) plans without tracing.
+_GRAPHS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_GRAPHS_PER_MODEL = 8
 
 
 class _Specialization:
@@ -292,7 +299,10 @@ class RematModule(torch.nn.Module):
     plan of its own), the values of its non-tensor arguments, the autocast setting, every submodule's
     ``training`` flag and plain attributes, and the values that tracing read
     from tensors (see :mod:`remat_torch.guards`). A call that matches no plan
-    is traced and solved on first sight (a smaller last batch just works);
+    is traced and planned on first sight (a smaller last batch just works:
+    where its graph is that of an earlier plan at another batch size and the
+    earlier schedule fits its budget, re-simulated, that schedule is used
+    without solving);
     plans are kept in a least-recently-used cache of ``max_plans`` entries.
 
     Attributes of the wrapped model that this module does not have
@@ -313,6 +323,12 @@ class RematModule(torch.nn.Module):
         The executor's tracked peak of the last training step.
     num_plans : int
         Plans in the cache.
+    solves : int
+        Plans made by solving.
+    derived : int
+        Plans for a new call whose graph is that of an earlier plan at other
+        shapes (another batch size) and that took its schedule, re-simulated
+        within the budget, instead of solving (``result.method == "derived"``).
     """
 
     def __init__(self, module, settings: _Settings, first: _Specialization | None = None,
@@ -330,6 +346,7 @@ class RematModule(torch.nn.Module):
         object.__setattr__(self, "_learned", {})
         self.last_peak_bytes = None
         self.solves = 0
+        self.derived = 0
         # state_dict() has the wrapped model's own keys (no `module.` prefix), so it loads into the model
         # itself; load_state_dict() takes those keys (and the prefixed ones of older checkpoints)
         self.register_state_dict_post_hook(_strip_module_prefix)
@@ -424,9 +441,11 @@ class RematModule(torch.nn.Module):
 
     def _make(self, args, kwargs, grad_outputs="loss", kept_outputs=()) -> _Specialization:
         s = self._settings
+        previous = [sp for lst in reversed(self._plans.values()) for sp in reversed(lst)]
         spec = _build(self.module, args, kwargs, s, self._loaded, grad_outputs=grad_outputs,
-                      kept_outputs=kept_outputs, rescue=True)
-        self.solves += int(spec.result.method != "loaded")
+                      kept_outputs=kept_outputs, rescue=True, previous=previous)
+        self.solves += int(spec.result.method not in ("loaded", "derived"))
+        self.derived += int(spec.result.method == "derived")
         return spec
 
     def forward(self, *args, **kwargs):
@@ -572,6 +591,7 @@ class RematModule(torch.nn.Module):
         return state
 
     def __setstate__(self, state):
+        state.setdefault("derived", 0)
         self.__dict__.update(state)
         object.__setattr__(self, "_attr_snapshot", AttributeSnapshot(self.module))
         try:
@@ -742,10 +762,12 @@ def _infeasible(eg: ExtractedGraph, budget_bytes: int, result: RematResult, s: _
 
 
 def _extract(model, args, kwargs, s: _Settings, granularity: str, blocks, grad_outputs="loss",
-             kept_outputs=()) -> ExtractedGraph:
-    return extract_graph(model, args, granularity=granularity, blocks=blocks, cost_model=s.cost_model,
-                         autocast_dtype=s.autocast_dtype, workspace=s.workspace, example_kwargs=kwargs,
-                         grad_outputs=grad_outputs, kept_outputs=kept_outputs)
+             kept_outputs=(), pick=None) -> ExtractedGraph:
+    """:func:`extract_graph` with the settings (``pick``: see :func:`remat_torch.extract._extract`)."""
+    from . import extract
+
+    return extract._extract(model, args, granularity, blocks, s.cost_model, s.autocast_dtype, None, s.workspace,
+                            kwargs, grad_outputs, kept_outputs, {}, pick=pick)
 
 
 def _check_input_dtypes(model, args, kwargs, s: _Settings) -> None:
@@ -802,20 +824,11 @@ def _rescue(eg: ExtractedGraph, budget_bytes: int, result: RematResult, s: _Sett
     return result, budget_bytes
 
 
-def _build(model, args, kwargs, s: _Settings, loaded: dict, require_loaded: bool = False,
-           grad_outputs: Any = "loss", kept_outputs=(), rescue: bool = False) -> _Specialization:
-    """Trace, then reuse a loaded schedule or solve one: a specialization for this call.
-
-    With ``rescue`` (calls after the first), a budget without a plan is replaced by the smallest one a
-    method finds (:func:`_rescue`, with a warning) instead of raising.
-
-    With ``require_loaded`` (the call given to ``rematerialize(..., plan=)``) a call no saved plan fits is
-    an error; later calls (a smaller last batch) are solved.
-    """
+def _extract_for(model, args, kwargs, s: _Settings, loaded: dict, grad_outputs, kept_outputs) -> ExtractedGraph:
+    """The graph of this call at the settings' granularity (``auto``: by the solver's size rule, traced once;
+    the loaded plans' granularity where they all have one)."""
     from remat_core.solvers.auto import choose_path
 
-    _check_input_dtypes(model, args, kwargs, s)
-    t0 = time.perf_counter()
     gran = s.granularity
     blocks = s.blocks
     if loaded:
@@ -823,18 +836,133 @@ def _build(model, args, kwargs, s: _Settings, loaded: dict, require_loaded: bool
         if gran == "auto" and len(grans) == 1:
             gran = grans.pop()
     if gran == "auto":
-        eg = _extract(model, args, kwargs, s, "op", None, grad_outputs, kept_outputs)
-        rule = {"op_nodes": int(eg.graph.n), "op_path": choose_path(eg.graph, s.time_limit_s)}
-        if rule["op_path"] == "large":
+        rule = {}
+
+        def pick(op_level: ExtractedGraph) -> str:
+            # the op-level graph's structure decides; the chosen one is grouped from the same trace
+            rule.update(op_nodes=int(op_level.graph.n), op_path=choose_path(op_level.graph, s.time_limit_s))
+            if rule["op_path"] != "large":
+                return "op"
             log.info("granularity auto: %d op-level nodes is beyond the solver's size; using module level",
-                     eg.graph.n)
-            eg = _extract(model, args, kwargs, s, "module", None, grad_outputs, kept_outputs)
+                     op_level.graph.n)
+            return "module"
+
+        eg = _extract(model, args, kwargs, s, "op", None, grad_outputs, kept_outputs, pick=pick)
         meta = eg.graph.meta
         meta["granularity_auto"] = rule
         eg.graph = eg.graph.replace(meta=meta)
-        gran = eg.granularity
     else:
         eg = _extract(model, args, kwargs, s, gran, blocks, grad_outputs, kept_outputs)
+    return eg
+
+
+def _extract_cached(model, args, kwargs, s: _Settings, loaded: dict, grad_outputs, kept_outputs) -> ExtractedGraph:
+    """:func:`_extract_for`, from the cache of graphs of ``model`` when the same kind of call was extracted
+    with the same settings before (another ``rematerialize`` of the model at another budget or method)."""
+    key = _graph_key(model, args, kwargs, s, loaded, grad_outputs, kept_outputs)
+    per_model = _GRAPHS.get(model) if key is not None else None
+    eg = per_model.get(key) if per_model is not None else None
+    if eg is not None and eg.value_reads:   # the values the trace read must be the same
+        named = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+        if not eg.value_reads.matches(named, CallSpec.from_call(args, kwargs)[1]):
+            eg = None
+    if eg is not None:
+        per_model.move_to_end(key)
+        log.info("graph of %s taken from the cache of traced graphs", _describe(eg))
+        return eg
+    eg = _extract_for(model, args, kwargs, s, loaded, grad_outputs, kept_outputs)
+    if key is not None:
+        per_model = _GRAPHS.setdefault(model, collections.OrderedDict())
+        per_model[key] = eg
+        while len(per_model) > _GRAPHS_PER_MODEL:
+            per_model.popitem(last=False)
+    return eg
+
+
+def _graph_key(model, args, kwargs, s: _Settings, loaded: dict, grad_outputs, kept_outputs):
+    """What an extracted graph depends on: the call (structure, tensor layouts, plain values), the module
+    tree (its modules, parameters and buffers by identity, layout and ``requires_grad``, and the plain
+    attributes ``forward`` may read), the autocast state and the extraction settings. None where something
+    in it cannot be hashed (then nothing is cached)."""
+    call, tensors = CallSpec.from_call(args, kwargs)
+    try:
+        key = (
+            _signature_key(call, tensors),
+            tuple((t.stride(), t.storage_offset()) for t in tensors),
+            # (ids, not objects: a key holding the model, or a bound method of it, would keep it alive)
+            tuple((n, type(m), id(m), id(m.__dict__.get("forward"))) for n, m in model.named_modules()),
+            tuple((n, id(p), tuple(p.shape), p.dtype, p.device, p.requires_grad)
+                  for n, p in model.named_parameters()),
+            tuple((n, id(b), tuple(b.shape), b.dtype, b.device) for n, b in model.named_buffers()),
+            AttributeSnapshot(model).take(),
+            str(torch.get_autocast_dtype(tensors[0].device.type) if tensors and torch.is_autocast_enabled(
+                tensors[0].device.type) else None),
+            s.granularity, repr(s.blocks), s.cost_model, str(s.autocast_dtype), s.workspace,
+            s.time_limit_s if s.granularity == "auto" else None,
+            tuple(sorted({e["granularity"] for e in loaded.values()})) if loaded else (),
+            repr(grad_outputs), tuple(kept_outputs),
+        )
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def clear_graph_cache(model=None) -> None:
+    """Forget the traced graphs kept for ``model`` (every model: ``None``), so that the next
+    :func:`rematerialize` traces and profiles again (for timing it, or after changing the model in a way
+    that its parameters, buffers and plain attributes do not show)."""
+    if model is None:
+        _GRAPHS.clear()
+    else:
+        _GRAPHS.pop(model, None)
+
+
+def _same_structure(a, b) -> bool:
+    """Whether two graphs are the same up to sizes and costs (one model traced at two batch sizes)."""
+    return (a.n == b.n and list(a.names) == list(b.names) and list(map(list, a.deps)) == list(map(list, b.deps))
+            and np.array_equal(a.is_backward, b.is_backward))
+
+
+def _derive(eg: ExtractedGraph, budget_bytes: int, previous) -> RematResult | None:
+    """The schedule of an earlier plan of the same graph at other shapes (another batch size), re-simulated
+    on this graph, when it fits ``budget_bytes``: a plan for a new batch shape without solving. None if no
+    earlier plan has this graph's structure or none fits."""
+    for sp in previous:
+        old = sp.result
+        if (old.schedule is None or getattr(old, "host_plan", None) is not None
+                or not _same_structure(sp.eg.graph, eg.graph)):
+            continue
+        sim = simulate(eg.graph, old.schedule)
+        if sim.peak_memory_bytes > budget_bytes:
+            continue
+        shapes = sp.eg.graph.meta.get("input_shapes")
+        log.info("plan for %s: the schedule of the plan for shapes %s fits its budget (re-simulated): not solved",
+                 _describe(eg), shapes)
+        return RematResult(status=SolveStatus.FEASIBLE, schedule=old.schedule, objective=float(sim.total_cost),
+                           peak_memory_bytes=int(sim.peak_memory_bytes), budget_bytes=int(budget_bytes),
+                           method="derived", message=f"derived: the schedule of the plan for shapes {shapes} "
+                           f"({old.method}), re-simulated on these shapes",
+                           stats={"derived_from": shapes, "derived_method": old.method})
+    return None
+
+
+def _build(model, args, kwargs, s: _Settings, loaded: dict, require_loaded: bool = False,
+           grad_outputs: Any = "loss", kept_outputs=(), rescue: bool = False, previous=()) -> _Specialization:
+    """Trace, then reuse a loaded schedule or solve one: a specialization for this call.
+
+    ``previous``: earlier plans of the module, most recent first; a new batch shape whose graph has the
+    structure of one of them takes its schedule when that fits the budget (:func:`_derive`).
+
+    With ``rescue`` (calls after the first), a budget without a plan is replaced by the smallest one a
+    method finds (:func:`_rescue`, with a warning) instead of raising.
+
+    With ``require_loaded`` (the call given to ``rematerialize(..., plan=)``) a call no saved plan fits is
+    an error; later calls (a smaller last batch) are solved.
+    """
+    _check_input_dtypes(model, args, kwargs, s)
+    t0 = time.perf_counter()
+    eg = _extract_cached(model, args, kwargs, s, loaded, grad_outputs, kept_outputs)
     t1 = time.perf_counter()
     fp = graph_fingerprint(eg)
     entry = loaded.get(fp) if loaded else None
@@ -865,7 +993,9 @@ def _build(model, args, kwargs, s: _Settings, loaded: dict, require_loaded: bool
         if loaded:
             log.info("no saved plan fits %s: solving one", _describe(eg))
         budget_bytes = _resolve_budget(eg.graph, 1.0 if s.budget is None else s.budget)
-        result = _solve(eg.graph, budget_bytes, s)
+        result = _derive(eg, budget_bytes, previous)
+        if result is None:
+            result = _solve(eg.graph, budget_bytes, s)
         if result.schedule is None and rescue:
             result, budget_bytes = _rescue(eg, budget_bytes, result, s)
         if result.schedule is None:

@@ -631,13 +631,22 @@ def extract_graph(
     >>> eg.graph.names[-1]  # reads the parameter gradients, kept to the end of the step as .grad is
     'bwd7:<gradients>'
     """
+    return _extract(model, example_inputs, granularity, blocks, cost_model, autocast_dtype, name, workspace,
+                    example_kwargs, grad_outputs, kept_outputs, profile_options)
+
+
+def _extract(model, example_inputs, granularity, blocks, cost_model, autocast_dtype, name, workspace,
+             example_kwargs, grad_outputs, kept_outputs, profile_options, pick=None) -> ExtractedGraph:
+    """:func:`extract_graph`'s work. With ``pick``, a function of the graph grouped at ``granularity`` (unit
+    costs, no workspace) that returns the granularity to use instead: the model is traced once and grouped
+    again from the same joint graph, and only the chosen graph is profiled."""
     import torch
 
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"`model` must be a torch.nn.Module; got {type(model).__name__}")
     if granularity not in GRANULARITIES:
         raise ValueError(f"`granularity` must be one of {GRANULARITIES}; got {granularity!r}")
-    from .profile import COST_MODELS, WORKSPACE_MODELS, measure_workspace, node_costs
+    from .profile import COST_MODELS, WORKSPACE_MODELS
 
     if cost_model not in COST_MODELS:
         raise ValueError(f"`cost_model` must be one of {COST_MODELS}; got {cost_model!r}")
@@ -649,6 +658,24 @@ def extract_graph(
         workspace = "measure" if (cost_model == "profile" or on_cpu) else "estimate"
     if workspace not in WORKSPACE_MODELS:
         raise ValueError(f"`workspace` must be one of {WORKSPACE_MODELS} or None; got {workspace!r}")
+    block_names = _block_names(model, granularity, blocks)
+    call, tensors = CallSpec.from_call(_as_tuple_inputs(example_inputs), example_kwargs)
+    inputs = tuple(tensors)
+    tr = _trace(model, call, inputs, autocast_dtype, grad_outputs, kept_outputs)
+    eg = _graph_at(tr, model, inputs, granularity, block_names, name, cost_model)
+    if pick is not None:
+        chosen = pick(eg)
+        if chosen != granularity:
+            eg = _graph_at(tr, model, inputs, chosen, _block_names(model, chosen, None), name, cost_model)
+    _profile_graph(eg, model, inputs, cost_model, workspace, profile_options)
+    log.info("extracted %r", eg)
+    return eg
+
+
+def _block_names(model, granularity: str, blocks) -> list:
+    """The qualified names of ``blocks`` (modules or names), innermost first; checks them."""
+    import torch
+
     block_names: list[str] = []
     if granularity == "block":
         if not blocks:
@@ -669,8 +696,34 @@ def extract_graph(
         block_names.sort(key=len, reverse=True)  # innermost first
     elif blocks:
         raise ValueError(f"`blocks` is only used with granularity='block'; got granularity={granularity!r}")
-    call, tensors = CallSpec.from_call(_as_tuple_inputs(example_inputs), example_kwargs)
-    inputs = tuple(tensors)
+    return block_names
+
+
+@dataclass
+class _Trace:
+    """What one trace of a model gives, whatever the granularity it is grouped at afterwards."""
+
+    call: Any
+    out_spec: Any
+    out_template: list
+    tangent_outputs: list
+    untraced: list
+    released: list
+    joint: Any
+    param_names: list
+    buffer_names: list
+    mutated: list
+    reads: Any
+    grad_slots: list
+    placeholders: list
+    outs: list
+    n_primals: int
+    n_user: int
+    autocast_dtype: Any
+
+
+def _trace(model, call: CallSpec, inputs: tuple, autocast_dtype, grad_outputs, kept_outputs) -> _Trace:
+    """Trace the joint graph once (a second time specialized on the values read, if the first read one)."""
     reads = None
     for attempt in range(2):
         try:
@@ -712,8 +765,20 @@ def extract_graph(
         raise UnsupportedModelError(
             f"the joint graph has {n_tangents} tangents but {len(tangent_outputs)} model outputs require grad"
         )
-    groups, tangent_meta, fixed_extra = _group(joint, placeholders, outs, n_primals, granularity, block_names,
-                                               untraced={len(mutated) + i for i in released})
+    return _Trace(call=call, out_spec=out_spec, out_template=out_template, tangent_outputs=tangent_outputs,
+                  untraced=untraced, released=released, joint=joint, param_names=param_names,
+                  buffer_names=buffer_names, mutated=mutated, reads=reads, grad_slots=grad_slots,
+                  placeholders=placeholders, outs=outs, n_primals=n_primals, n_user=n_user,
+                  autocast_dtype=autocast_dtype)
+
+
+def _graph_at(tr: _Trace, model, inputs, granularity: str, block_names, name, cost_model) -> ExtractedGraph:
+    """The trace grouped at ``granularity``: an ExtractedGraph with unit costs and estimated workspaces."""
+    import torch
+
+    mutated = tr.mutated
+    groups, tangent_meta, fixed_extra = _group(tr.joint, tr.placeholders, tr.outs, tr.n_primals, granularity,
+                                               block_names, untraced={len(mutated) + i for i in tr.released})
     # fixed bytes: parameters, buffers, mutated-buffer snapshots, inputs, tangents, joint outputs
     fixed = 0
     seen: set = set()
@@ -744,7 +809,7 @@ def extract_graph(
         fixed_bytes=int(fixed),
         name=name or type(model).__name__,
         meta={"kind": "torch", "granularity": granularity, "n_forward": n_forward,
-              "model": type(model).__name__, "cost_model": cost_model,
+              "model": type(model).__name__, "cost_model": cost_model, "cost_unit": "node",
               "input_shapes": [list(x.shape) for x in inputs],
               # parameter gradients are node memory here; budgets as fractions leave them out (remat_core.units)
               # (the nodes the last `<gradients>` node reads: holders and gradient-only nodes, not the fused
@@ -754,35 +819,34 @@ def extract_graph(
     )
     if list(graph.names) != [g.name for g in groups]:
         raise RematError("internal error: grouped nodes are not in topological order")  # pragma: no cover
-    eg = ExtractedGraph(
-        graph=graph, groups=groups, joint=joint, param_names=param_names, buffer_names=buffer_names,
-        n_inputs=len(inputs), mutated_buffers=mutated, n_user_outputs=n_user, out_spec=out_spec,
-        tangent_outputs=tangent_outputs, grad_slots=grad_slots, tangent_meta=tangent_meta,
-        input_requires_grad=[bool(x.requires_grad) for x in inputs], autocast_dtype=autocast_dtype,
+    return ExtractedGraph(
+        graph=graph, groups=groups, joint=tr.joint, param_names=tr.param_names, buffer_names=tr.buffer_names,
+        n_inputs=len(inputs), mutated_buffers=mutated, n_user_outputs=tr.n_user, out_spec=tr.out_spec,
+        tangent_outputs=tr.tangent_outputs, grad_slots=tr.grad_slots, tangent_meta=tangent_meta,
+        input_requires_grad=[bool(x.requires_grad) for x in inputs], autocast_dtype=tr.autocast_dtype,
         device_type=inputs[0].device.type if inputs else "cpu", granularity=granularity,
-        call=call, out_template=out_template, value_reads=reads, untraced_outputs=untraced,
-        released_outputs=released,
+        call=tr.call, out_template=tr.out_template, value_reads=tr.reads, untraced_outputs=tr.untraced,
+        released_outputs=tr.released,
     )
+
+
+def _profile_graph(eg: ExtractedGraph, model, inputs, cost_model: str, workspace: str, profile_options) -> None:
+    """Give ``eg`` its node costs under ``cost_model`` and, with ``workspace="measure"``, measured workspaces."""
+    from .profile import measure_workspace, node_costs
+
+    meta = eg.graph.meta
+    meta["workspace"] = workspace
     if cost_model != "unit":
         costs, unit = node_costs(eg, model, inputs, cost_model, **profile_options)
-        meta = eg.graph.meta
         meta["cost_unit"] = unit
         eg.graph = eg.graph.replace(cost=costs, meta=meta)
     else:
-        meta = eg.graph.meta
-        meta["cost_unit"] = "node"
         eg.graph = eg.graph.replace(meta=meta)
-    meta = eg.graph.meta
-    meta["workspace"] = workspace
     if workspace == "measure":
         ws = measure_workspace(eg, model, inputs, progress=bool(profile_options.get("progress", False)))
         for spec, w in zip(eg.groups, ws):
             spec.workspace_bytes = int(w)   # the executor's step accounting reads it from here
-        eg.graph = eg.graph.replace(workspace_bytes=ws, meta=meta)
-    else:
-        eg.graph = eg.graph.replace(meta=meta)
-    log.info("extracted %r", eg)
-    return eg
+        eg.graph = eg.graph.replace(workspace_bytes=ws)
 
 
 def _drop_identity_clones(joint) -> int:

@@ -18,12 +18,13 @@
 from __future__ import annotations
 
 import logging
+import operator
 import time
 from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["COST_MODELS", "WORKSPACE_MODELS", "node_costs", "measure_workspace"]
+__all__ = ["COST_MODELS", "WORKSPACE_MODELS", "node_costs", "measure_workspace", "node_signature"]
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +166,7 @@ def node_costs(eg, model, inputs: Sequence, cost_model: str, warmup: int = 2, re
     return costs, "s"
 
 
-def measure_workspace(eg, model, inputs: Sequence, progress: bool = False) -> np.ndarray:
+def measure_workspace(eg, model, inputs: Sequence, progress: bool = False, share: bool = True) -> np.ndarray:
     """Bytes each node allocates beyond what it keeps, measured by running it once.
 
     Every node is run on the example inputs (after one untimed run, so that
@@ -194,6 +195,12 @@ def measure_workspace(eg, model, inputs: Sequence, progress: bool = False) -> np
         The example inputs the graph was extracted with.
     progress : bool
         Show a tqdm progress bar.
+    share : bool
+        Measure once per :func:`node_signature` (default): a node with the
+        same ops on inputs of the same layouts as one measured before (the
+        next layer of a stack) takes that measurement, and later nodes read
+        zeros of its outputs' layouts instead of running it (its integer
+        outputs excepted). ``False`` measures every node.
 
     Returns
     -------
@@ -210,16 +217,90 @@ def measure_workspace(eg, model, inputs: Sequence, progress: bool = False) -> np
     outs: list = [None] * g.n
     values = _placeholder_values(eg, model, inputs)
     dev = _cuda_device(values)
+    seen: dict = {}   # node signature -> (peak, net, node) measured on the first node with it
     with torch.random.fork_rng(devices=[] if dev is None else [dev]), torch.no_grad():
         for k in tqdm(range(g.n), desc="workspace", disable=not progress):
             spec = eg.groups[k]
             args = _args(spec, k, values, outs, g)
-            spec.fn.forward(*args)   # untimed run: lazy initialisation, caches
-            with meter_for(dev) as m:  # on a GPU: the caching allocator's peak counters, device synchronized
-                res = spec.fn.forward(*args)
-            peak, net = m.peak_bytes, m.net_bytes
+            sig = node_signature(spec.fn, args) if share else None
+            if sig in seen:   # the same ops on the same shapes (another layer of a stack): same allocations
+                peak, net, twin = seen[sig]
+                res = _stand_ins(outs[twin])
+                if res is None:   # outputs whose values later ops may depend on (indices): computed
+                    res = spec.fn.forward(*args)
+            else:
+                spec.fn.forward(*args)   # untimed run: lazy initialisation, caches
+                with meter_for(dev) as m:  # on a GPU: the caching allocator's peak counters, device synchronized
+                    res = spec.fn.forward(*args)
+                peak, net = int(m.peak_bytes), int(m.net_bytes)
+                if sig is not None:
+                    seen[sig] = (peak, net, k)
             # the model adds memory_bytes + workspace at this instant; the outputs that are fixed bytes
             # (model outputs, gradients) were reserved from the start: so subtract all that is kept
-            ws[k] = max(int(peak) - max(int(net), int(g.memory_bytes[k])), 0)
+            ws[k] = max(peak - max(net, int(g.memory_bytes[k])), 0)
             outs[k] = res
+    log.debug("workspace: %d nodes measured, %d shared a measurement", len(seen), g.n - len(seen))
     return ws
+
+
+def _stand_ins(outputs):
+    """Zero-filled tensors of the layouts of ``outputs`` (a node's results), or None where one of them is an
+    integer tensor (indices a later op may read) or no tensor: what later nodes read from a repeated node,
+    whose allocations are known, so that the repeat need not run. Zeros, not uninitialized memory: denormals
+    would slow later ops down."""
+    import torch
+
+    if not all(isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool)
+               for t in outputs):
+        return None
+    def zeros(t):
+        numel = 1 + sum((d - 1) * st for d, st in zip(t.shape, t.stride())) if t.numel() else 0
+        return torch.zeros(numel, dtype=t.dtype, device=t.device).as_strided(t.shape, t.stride())
+
+    return tuple(zeros(t) for t in outputs)
+
+
+def node_signature(fn, args) -> tuple | None:
+    """What a node's allocations depend on: its ops with their arguments (values named by position) and the
+    shape, strides, dtype and device of each input. Nodes with equal signatures (the same layer repeated)
+    allocate the same; ``None`` where the graph calls something other than an op (a constant), which is
+    measured on its own.
+
+    Examples
+    --------
+    >>> import torch, torch.fx as fx
+    >>> aten = torch.ops.aten
+    >>> f = fx.symbolic_trace(lambda x: aten.mul.Tensor(aten.relu.default(x), 2))
+    >>> node_signature(f, [torch.ones(3)]) == node_signature(f, [torch.zeros(3)])
+    True
+    >>> node_signature(f, [torch.ones(3)]) == node_signature(f, [torch.ones(4)])
+    False
+    >>> node_signature(fx.symbolic_trace(lambda x: torch.relu(x)), [torch.ones(3)]) is None
+    True
+    """
+    import torch
+    import torch.fx as fx
+
+    index: dict = {}
+    parts: list = []
+
+    def ref(a):
+        return ("v", index[a]) if isinstance(a, fx.Node) else a
+
+    for n in fn.graph.nodes:
+        index[n] = len(index)
+        if n.op == "placeholder":
+            parts.append(("ph",))
+            continue
+        target = n.target
+        if n.op == "call_function" and not isinstance(target, torch._ops.OpOverload) and target is not operator.getitem:
+            if getattr(target, "__module__", None) != "_operator":
+                return None
+        try:
+            parts.append((n.op, str(target), repr(fx.node.map_aggregate(n.args, ref)),
+                          repr(fx.node.map_aggregate(n.kwargs, ref))))
+        except KeyError:  # pragma: no cover - nodes are in order
+            return None
+    metas = tuple((tuple(a.shape), tuple(a.stride()), a.dtype, str(a.device), a.storage_offset())
+                  if isinstance(a, torch.Tensor) else ("c", repr(a)) for a in args)
+    return tuple(parts), metas

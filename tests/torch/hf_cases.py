@@ -77,6 +77,18 @@ def resnet(batch=B):
 MODELS = {"gpt2": gpt2, "bert": bert, "llama": llama, "vit": vit, "t5": t5}
 
 
+def resident_bytes(model, batch) -> int:
+    """Bytes resident before a step: the model's parameters and buffers and the batch's tensors (distinct
+    storages), which an allocator meter started at the step does not see."""
+    seen, total = set(), 0
+    for t in list(model.parameters()) + list(model.buffers()) + [v for v in batch.values() if torch.is_tensor(v)]:
+        p = t.untyped_storage().data_ptr()
+        if p not in seen:
+            seen.add(p)
+            total += t.untyped_storage().nbytes()
+    return total
+
+
 def make(name, batch=B, seed=0):
     torch.manual_seed(seed)
     model, batch_kw = (MODELS.get(name) or {"resnet": resnet, "qwen2": qwen2}[name])(batch)

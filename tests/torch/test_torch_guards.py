@@ -100,7 +100,7 @@ def test_new_shapes_are_planned_and_the_cache_is_bounded():
     for n in (3, 2, 1):
         x = torch.randn(n, 8)
         torch.testing.assert_close(_step(rm, x), _step(ref, x))
-    assert rm.num_plans == 2 and rm.solves == 4
+    assert rm.num_plans == 2 and rm.solves + rm.derived == 4  # a new batch size may take an earlier schedule
     with pytest.raises(ValueError, match="`max_plans`"):
         rematerialize(model, torch.randn(4, 8), max_plans=0, **KW)
 
@@ -227,7 +227,7 @@ def test_a_loaded_plan_is_used_and_other_shapes_are_solved(tmp_path):
     torch.testing.assert_close(_step(loaded, x), _step(ref, x))
     small = torch.randn(48, 8)  # no saved plan fits: solved, at the saved plan's fraction of activation memory
     torch.testing.assert_close(_step(loaded, small), _step(ref, small))
-    assert loaded.solves == 1
+    assert loaded.solves + loaded.derived == 1
     assert remat_core.units.budget_fraction(loaded.extracted.graph, loaded.result.budget_bytes) == pytest.approx(
         0.85, abs=0.01)
     with pytest.raises(remat_core.RematError, match="another model, shape or dtype"):

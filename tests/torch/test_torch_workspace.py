@@ -82,3 +82,30 @@ def test_profile_measures_workspace_by_default_and_predictions_bound_the_real_pe
         assert rm.last_peak_bytes <= rm.predicted_peak_bytes   # the executed (hoisted) plan's peak
         checked += 1
     assert checked
+
+
+def test_repeated_layers_share_one_workspace_measurement(monkeypatch):
+    """Nodes with the same ops on the same layouts (a stack of equal blocks) are measured once: the shared
+    measurements equal measuring every node, and the allocator is watched once per distinct node."""
+    import remat_torch.meter as meter
+    import remat_torch.profile as profile
+    from remat_torch.extract import CallSpec
+
+    hf_cases = pytest.importorskip("tests.torch.hf_cases")
+    model, batch = hf_cases.make("gpt2")
+    batch = {**batch, "use_cache": False}
+    eg = extract_graph(model, (), granularity="module", workspace="estimate", example_kwargs=batch,
+                       grad_outputs="loss")
+    inputs = CallSpec.from_call((), batch)[1]
+    every = profile.measure_workspace(eg, model, inputs, share=False)
+    meters = []
+
+    def counting(dev, _real=meter.meter_for):
+        meters.append(dev)
+        return _real(dev)
+
+    monkeypatch.setattr(meter, "meter_for", counting)
+    shared = profile.measure_workspace(eg, model, inputs)
+    np.testing.assert_array_equal(shared, every)
+    # two equal transformer layers: the second one's nodes take the first one's measurements
+    assert 0 < len(meters) < 0.75 * eg.graph.n
