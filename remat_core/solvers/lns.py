@@ -54,6 +54,8 @@ WIDTHS = (8, 16, 32, 64)
 #: Seconds a window's program may run when there is a deadline (its best point so far is taken): many
 #: windows a little each beat a few solved to optimality (HiGHS's bound on a window closes slowly).
 WINDOW_S = 1.0
+#: Rounds of :func:`improve_windows`: each looks one level of inputs further, with twice the time a program.
+ROUNDS = 4
 #: A window's program is not built beyond this many binary columns (its build and solve would not pay).
 MAX_BINARIES = 30_000
 
@@ -348,15 +350,35 @@ def windows(graph: Graph, schedule: Schedule, width: int) -> list[tuple[int, int
     return [(a, b) for _, a, b in sorted(set(out))]
 
 
+def _why_stop(info: dict[str, Any], max_windows: int | None, lower_bound: float | None, best_cost: float,
+              stop: Callable[[], bool] | None, deadline: float | None, clock: Callable[[], float]) -> str:
+    """Why :func:`improve_windows` stops before its next program (``""``: it goes on)."""
+    if max_windows is not None and info["windows"] >= max_windows:
+        return "work budget"
+    if lower_bound is not None and best_cost <= lower_bound * (1 + 1e-9):
+        return "at the lower bound"
+    if stop is not None and stop():
+        return "stopped"
+    if deadline is not None and deadline - clock() <= 0.05:
+        return "deadline"
+    return ""
+
+
 def improve_windows(graph: Graph, schedule: Schedule, budget_bytes: int,
                     offer: Callable[[Schedule], None] | None = None,
                     clock: Callable[[], float] | None = None, deadline: float | None = None,
                     max_windows: int | None = None, lower_bound: float | None = None,
                     stop: Callable[[], bool] | None = None, depth: int = 1,
-                    widths: tuple[int, ...] = WIDTHS, window_s: float | None = WINDOW_S) -> tuple[Schedule, dict[str, Any]]:
+                    widths: tuple[int, ...] = WIDTHS, window_s: float | None = WINDOW_S,
+                    rounds: int = ROUNDS) -> tuple[Schedule, dict[str, Any]]:
     """Re-optimize windows of the incumbent, costliest first, until the deadline, ``max_windows`` programs,
-    ``lower_bound``, ``stop()`` or a pass at the widest width that finds nothing. Returns the best schedule and
-    what the search did (``windows``, ``improved``, ``why``).
+    ``lower_bound``, ``stop()`` or the end of ``rounds`` rounds. Returns the best schedule and what the search
+    did (``windows``, ``improved``, ``why``).
+
+    A round passes over the windows of each width of ``widths`` in turn, moving to the next width when a pass
+    improves nothing (and to the next round after a pass that improved something); round ``r`` takes ``r``
+    more levels of inputs among the candidates (``depth + r``) and gives each program ``2**r`` times
+    ``window_s``.
 
     ``offer(schedule)`` is called with every improvement (verified by the simulator under ``budget_bytes``).
     Each program gets ``window_s`` seconds (at most the time left before ``deadline``); with ``window_s=None``
@@ -378,47 +400,39 @@ def improve_windows(graph: Graph, schedule: Schedule, budget_bytes: int,
     best = schedule
     best_cost = schedule.cost(graph)
     info: dict[str, Any] = {"windows": 0, "improved": 0, "why": "no window improves"}
-    w_idx = 0
-    while w_idx < len(widths):
-        width = widths[w_idx]
-        found = False
-        queue = windows(graph, best, width)
-        tried: set[tuple[int, int]] = set()
-        while queue:
-            a, b = queue.pop(0)
-            if (a, b) in tried:
-                continue
-            if max_windows is not None and info["windows"] >= max_windows:
-                info["why"] = "work budget"
-                return best, info
-            if lower_bound is not None and best_cost <= lower_bound * (1 + 1e-9):
-                info["why"] = "at the lower bound"
-                return best, info
-            if stop is not None and stop():
-                info["why"] = "stopped"
-                return best, info
-            limit = window_s
-            if deadline is not None:
-                left = deadline - clock()
-                if left <= 0.05:
-                    info["why"] = "deadline"
-                    return best, info
-                limit = left if window_s is None else min(left, window_s)
-            info["windows"] += 1
-            tried.add((a, b))
-            rows = _rows_of(best)
-            cand = reoptimize_window(graph, best, budget_bytes, a, b, depth, limit, rows)
-            if cand is None:
-                continue
-            cost = cand.cost(graph)
-            if cost < best_cost - 1e-9:
-                log.debug("lns: window [%d, %d) at width %d: %.6g -> %.6g", a, b, width, best_cost, cost)
-                best, best_cost = cand, cost
-                info["improved"] += 1
-                found = True
-                if offer is not None:
-                    offer(best)
-                queue = [w for w in windows(graph, best, width) if w not in tried]
-        if not found:
-            w_idx += 1
+    for rnd in range(rounds):
+        # each round looks further: one more level of inputs among the candidates, twice the time a program
+        d = depth + rnd
+        limit_s = None if window_s is None else window_s * 2 ** rnd
+        for width in widths:
+            found = True
+            while found:   # passes at this width while one improves something
+                found = False
+                queue = windows(graph, best, width)
+                tried: set[tuple[int, int]] = set()
+                while queue:
+                    a, b = queue.pop(0)
+                    if (a, b) in tried:
+                        continue
+                    why = _why_stop(info, max_windows, lower_bound, best_cost, stop, deadline, clock)
+                    if why:
+                        info["why"] = why
+                        return best, info
+                    limit = limit_s
+                    if deadline is not None:
+                        left = deadline - clock()
+                        limit = left if limit_s is None else min(left, limit_s)
+                    info["windows"] += 1
+                    tried.add((a, b))
+                    cand = reoptimize_window(graph, best, budget_bytes, a, b, d, limit, _rows_of(best))
+                    cost = math.inf if cand is None else cand.cost(graph)
+                    if cost < best_cost - 1e-9:
+                        log.debug("lns: window [%d, %d), width %d, depth %d: %.6g -> %.6g", a, b, width, d,
+                                  best_cost, cost)
+                        best, best_cost = cand, cost
+                        info["improved"] += 1
+                        found = True
+                        if offer is not None:
+                            offer(best)
+                        queue = [w for w in windows(graph, best, width) if w not in tried]
     return best, info
