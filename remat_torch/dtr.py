@@ -118,7 +118,7 @@ class _Value:
     """One tensor value the runtime manages: its data (or ``None`` when evicted) and how to recompute it."""
 
     __slots__ = ("tensor", "func", "args", "kwargs", "index", "siblings", "rng_state", "cost_s", "nbytes",
-                 "base", "views", "last_access", "pins", "wrappers", "refs", "unevictable", "versions",
+                 "base", "views", "last_access", "pins", "wrappers", "refs", "unevictable", "stuck", "versions",
                  "scratch", "parents_", "__weakref__")
 
     def __init__(self, func: Callable | None, args: Any, kwargs: Any, index: int, rng_state: Any, cost_s: list,
@@ -136,6 +136,9 @@ class _Value:
         self.wrappers = 0            # live DTRTensor objects pointing at this value
         self.refs: list[weakref.ref] = []   # weak references to those wrappers (retargeted by in-place writes)
         self.unevictable = func is None   # no recipe: its data cannot be recomputed
+        # it cannot be recomputed: no recipe, or its recipe reads such a value (which may be freed once no tensor
+        # refers to it). Never evicted; what is computed from it is stuck too, so freeing it is safe
+        self.stuck = func is None
         self.versions: tuple = ()    # (tensor, version) of the plain tensors its recipe reads
         self.scratch = 0             # bytes its operator allocates and frees while it runs (measured)
         self.parents_: list | None = None
@@ -440,13 +443,19 @@ class DTRRuntime:
                 "operator the runtime cannot replay, or read after the block ended)")
         subs = None
         for t, version in v.versions:
-            if t._version != version:   # written in place since (an optimizer step): the copy made before
-                root = t if t._base is None else t._base
-                snap = self._snapshots.get((id(root), version))
-                if snap is None:
-                    raise RuntimeError(
-                        f"remat_torch.dtr: cannot recompute a value from {v.func}: a tensor outside the runtime "
-                        "that it reads was modified in place since, and no copy of its old data was kept")
+            root = t if t._base is None else t._base
+            # the copy kept when it was written in place since (an optimizer step) or its storage was freed
+            # (FSDP2 frees the parameters it gathered once a block is done, and gathers them again later)
+            snap = self._snapshots.get((id(root), version)) if self._snapshots else None
+            if snap is None and t._version != version:
+                raise RuntimeError(
+                    f"remat_torch.dtr: cannot recompute a value from {v.func}: a tensor outside the runtime "
+                    "that it reads was modified in place since, and no copy of its old data was kept")
+            if snap is None and t.numel() and t.untyped_storage().nbytes() == 0:   # never read freed memory
+                raise RuntimeError(
+                    f"remat_torch.dtr: cannot recompute a value from {v.func}: the storage of a tensor outside "
+                    "the runtime that it reads was freed, and no copy of its data was kept")
+            if snap is not None:
                 subs = subs or {}
                 subs[id(t)] = snap[1].as_strided(t.size(), t.stride(), t.storage_offset() - root.storage_offset())
         parents = v.parents()
@@ -556,7 +565,9 @@ class DTRRuntime:
                 leaves[id(a)] = weakref.ref(a)
                 if a.requires_grad:
                     self._hooks.append(a.register_post_accumulate_grad_hook(_keep_grad))
-        if info.written:
+        if info.collective:   # it may write into any tensor it is given (asynchronously): all count as written
+            targets, plain_written = [a for a in _flat(args, kwargs) if type(a) is DTRTensor], plain
+        elif info.written:
             targets, plain_written = _write_targets(info.schema, args, kwargs)
         else:
             targets = plain_written = ()
@@ -564,15 +575,20 @@ class DTRRuntime:
             self.materialize(v)
             self._pin(v, 1)
         try:
-            key = _key(func, args, kwargs)
-            need = _new_bytes(func, args, kwargs, info.schema, key)
-            scratch = _SCRATCH.get(key, 0)
+            if info.collective:   # not even on meta tensors: the outputs are the tensors it is given
+                key, need, scratch = None, 0, 0
+            else:
+                key = _key(func, args, kwargs)
+                need = _new_bytes(func, args, kwargs, info.schema, key)
+                scratch = _SCRATCH.get(key, 0)
             if self.budget_bytes is not None and self.current + need + scratch > self.budget_bytes:
                 self._make_room(need + scratch)
             self._note_peak(self.current + need + scratch)
             rng_state = _rng_state() if info.random else None
             if plain_written:
                 self._before_plain_write(plain_written)
+            if info.collective:   # no recipe, no scratch measured (a profiler must not start beside gloo's threads)
+                return self._call_inplace(func, args, kwargs, vargs, vkwargs, None, info.schema, (), targets, None)
             if targets:
                 return self._call_inplace(func, args, kwargs, vargs, vkwargs, rng_state, info.schema, info.written,
                                           targets, key)
@@ -582,7 +598,7 @@ class DTRRuntime:
                 self._pin(v, -1)
         self.stats["operators"] += 1
         return self._wrap_outputs(func, vargs, vkwargs, out, rng_state, _smoothed_cost(key, cost), info.schema,
-                                  args, info.written, key, bool(plain))
+                                  args, info.written, key, bool(plain), any(v.stuck for v in in_values))
 
     def _before_plain_write(self, tensors: list) -> None:
         """An operator is about to write into a tensor that is not the runtime's and that recipes read (an
@@ -598,6 +614,23 @@ class DTRRuntime:
                 copy = torch.empty_strided(root.size(), root.stride(), dtype=root.dtype, device=root.device)
                 copy.copy_(root)
             self._snapshots[(id(root), root._version)] = (root, copy)
+
+    def _before_storage_freed(self, storage: Any) -> None:
+        """A storage is about to shrink under its tensors (``untyped_storage().resize_(0)``: FSDP2 frees the
+        parameters it gathered once a block is done, without an operator and without changing their version):
+        keep a copy of what the plain tensors on it that recipes read hold, as for a write. A replay would
+        otherwise read freed memory (a rank died with SIGSEGV under FSDP2 in the suite, issue 39)."""
+        if self._closed or not self._read_plain:
+            return
+        try:
+            address = storage.data_ptr()
+        except (RuntimeError, NotImplementedError):
+            return
+        if not address:
+            return
+        roots = [root for root, _ in self._read_plain.values() if _storage_address(root) == address]
+        if roots:
+            self._before_plain_write(roots)
 
     def _call_inplace(self, func, args, kwargs, vargs, vkwargs, rng_state, schema, written, targets, key) -> Any:
         """An operator that writes into runtime tensors: each owner written into gets a new value (the old
@@ -619,7 +652,8 @@ class DTRRuntime:
                 if g is None:
                     self.materialize(w)
         fn = None
-        if single:
+        stuck = any(t._v.stuck for t in _flat(args, kwargs) if type(t) is DTRTensor)
+        if single and not stuck:   # the replay reads the old value and the other arguments: all recomputable
             tv, old = args[pos]._v, next(iter(owners.values()))
             if tv.base is None:
                 fn = _InplaceReplay(func, pos)
@@ -638,7 +672,6 @@ class DTRRuntime:
                 new.versions = versions
             else:
                 new = _Value(None, None, None, 0, None, cost, None)
-                new.unevictable = True
             new.nbytes, new.last_access, new.tensor = old.nbytes, self.clock, old.tensor
             # the storage now holds the new value; the old one is evicted (recomputable by its recipe)
             old.tensor = None
@@ -654,6 +687,7 @@ class DTRRuntime:
                 else:
                     nv = _Value(_AsStrided(*g), (new,), {}, 0, None, [1, 0.0], new)
                     nv.tensor = nv.func(new.tensor)
+                    nv.stuck = new.stuck
                 nv.last_access = self.clock
                 _add_view(new, nv)
                 self._move_wrappers(w, nv)
@@ -662,6 +696,10 @@ class DTRRuntime:
         res = []
         for idx, o in enumerate(outs):
             arg = _aliased_argument(schema, idx, args, kwargs)
+            if arg is None and isinstance(o, torch.Tensor):   # unannotated (a collective's output): the same tensor?
+                arg = next((t for t in targets if t._v.tensor is not None and _same_storage(t._v.tensor, o)
+                            and t.size() == o.size() and t.stride() == o.stride()
+                            and t.storage_offset() == o.storage_offset()), None)
             res.append(arg if arg is not None else o)
         if isinstance(out, tuple):
             return tuple(res)
@@ -703,7 +741,7 @@ class DTRRuntime:
         return self.materialize(a._v) if isinstance(a, DTRTensor) else a
 
     def _wrap_outputs(self, func, vargs, vkwargs, out, rng_state, cost, schema, args, written, key=None,
-                      reads_plain: bool = True) -> Any:
+                      reads_plain: bool = True, stuck: bool = False) -> Any:
         outs = out if isinstance(out, (tuple, list)) else (out,)
         scratch = _SCRATCH.get(key, 0) if key is not None else 0
         self.stats["compute_s"] += cost[1]
@@ -726,6 +764,8 @@ class DTRRuntime:
                 versions = self._versions(vargs, vkwargs, written)
             owner = None if base_wrapper is None else (base_wrapper._v.base or base_wrapper._v)
             v = _Value(func, vargs, vkwargs, idx, rng_state, cost, owner)
+            if stuck or (owner is not None and owner.stuck):   # computed from a value that cannot be recomputed
+                v.stuck = v.unevictable = True
             v.versions = versions
             v.scratch = scratch
             v.tensor = o
@@ -758,13 +798,20 @@ class DTRRuntime:
             self.budget_bytes = self._fixed_budget
         self._closed = False
         self._active = True
-        self._mode.__enter__()
+        _watch_storage_frees(self, True)
+        try:
+            self._mode.__enter__()
+        except BaseException:
+            _watch_storage_frees(self, False)
+            self._active = False
+            raise
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         try:
             self._mode.__exit__(exc_type, exc, tb)
         finally:
+            _watch_storage_frees(self, False)
             self._active = False
             try:
                 self._finish()
@@ -793,8 +840,8 @@ class DTRRuntime:
             except BudgetInfeasibleError:   # past the budget from here (recorded in stats["peak_bytes"])
                 self._unbounded = True
                 self.materialize(v)
-            except RuntimeError:   # its recipe is gone: it stays a wrapper without data
-                _log.warning("remat_torch.dtr: a tensor of the block could not be recomputed at its end")
+            except RuntimeError as e:   # its recipe is gone: it stays a wrapper without data
+                _log.warning("remat_torch.dtr: a tensor of the block could not be recomputed at its end: %s", e)
                 continue
             v.unevictable = True
             if v.base is not None:
@@ -932,7 +979,7 @@ class _OpInfo:
     """What the runtime reads from an operator's schema, read once per operator (pybind attribute reads are
     slow next to a small operator)."""
 
-    __slots__ = ("func", "schema", "written", "alias_returns", "random", "passthrough")
+    __slots__ = ("func", "schema", "written", "alias_returns", "random", "passthrough", "collective")
 
     def __init__(self, func):
         self.func = func   # held: the table is keyed by id (an operator's own __hash__ is Python code)
@@ -941,8 +988,12 @@ class _OpInfo:
         self.alias_returns = tuple(r.alias_info is not None for r in self.schema.returns)
         self.random = torch.Tag.nondeterministic_seeded in func.tags
         self.passthrough = func is _aten._local_scalar_dense.default or func.overloadpacket in _PASSTHROUGH
+        self.collective = getattr(func, "namespace", None) in _COLLECTIVE_NAMESPACES
 
 
+# operators that communicate with other processes: never replayed (running one again on one rank alone would
+# desynchronise the ranks' collectives), and their schemas do not mark the tensors they write into
+_COLLECTIVE_NAMESPACES = frozenset({"c10d", "_c10d_functional", "c10d_functional", "_c10d_functional_autograd"})
 _OP_INFO: dict = {}   # id(operator) -> _OpInfo (which holds the operator, so the id stays its own)
 
 
@@ -1029,6 +1080,38 @@ class _ViewWriteReplay:
 
     def __repr__(self) -> str:
         return f"view_write({self.func})"
+
+
+def _storage_address(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return 0
+
+
+_WATCHERS: list = []   # the runtimes in a block: told before a storage shrinks
+
+
+def _resize_watched(storage: Any, size: int) -> Any:
+    """``UntypedStorage.resize_`` while a DTR block runs: the runtimes keep what recipes read from it first."""
+    try:
+        if size < storage.nbytes():
+            for rt in list(_WATCHERS):
+                rt._before_storage_freed(storage)
+    finally:
+        return torch._C.StorageBase.resize_(storage, size)
+
+
+def _watch_storage_frees(rt: "DTRRuntime", on: bool) -> None:
+    """Install ``_resize_watched`` on ``torch.UntypedStorage`` while some runtime is in a block (only then)."""
+    if on:
+        if not _WATCHERS:
+            torch.UntypedStorage.resize_ = _resize_watched
+        _WATCHERS.append(rt)
+    elif rt in _WATCHERS:
+        _WATCHERS.remove(rt)
+        if not _WATCHERS and torch.UntypedStorage.__dict__.get("resize_") is _resize_watched:
+            del torch.UntypedStorage.resize_
 
 
 def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
