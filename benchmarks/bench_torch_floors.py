@@ -42,6 +42,10 @@ import torch  # noqa: E402
 from remat_torch import BudgetInfeasibleError, rematerialize  # noqa: E402
 from remat_torch.meter import AllocatorMeter  # noqa: E402
 
+# the tests' helper (one copy of it): parameters, buffers and batch tensors resident before a step
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "torch"))
+from hf_cases import resident_bytes  # noqa: E402
+
 LAYERS, HIDDEN, HEADS, SEQ, BATCH, VOCAB = 2, 128, 2, 128, 4, 2048
 
 
@@ -71,16 +75,6 @@ def make(name: str, seed: int = 0):
     ids = torch.randint(0, VOCAB, (BATCH, SEQ))
     model.train()
     return model, {"input_ids": ids, "labels": ids.clone()}
-
-
-def resident_bytes(model, batch) -> int:
-    seen, total = set(), 0
-    for t in list(model.parameters()) + list(model.buffers()) + [v for v in batch.values() if torch.is_tensor(v)]:
-        p = t.untyped_storage().data_ptr()
-        if p not in seen:
-            seen.add(p)
-            total += t.untyped_storage().nbytes()
-    return total
 
 
 def step(model, batch) -> None:

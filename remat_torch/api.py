@@ -918,6 +918,46 @@ def clear_graph_cache(model=None) -> None:
         _GRAPHS.pop(model, None)
 
 
+def _no_remat_at_op_level(eg: ExtractedGraph, model, args, kwargs, result: RematResult, budget_bytes: int,
+                          hoist: bool):
+    """For a plan above op granularity that recomputes nothing: the same trace at op level without
+    recomputation, where it peaks lower, as ``(graph, result)``; else the pair given.
+
+    A node of several ops keeps its inputs until its last op has run and
+    holds all its outputs as long as any is needed, where eager PyTorch frees
+    each tensor after its own last use: a module-level plan without
+    recomputation can peak above eager (tiny Qwen2: 8 KiB, 1.2%). At op
+    level each value is freed after its own last use, so the plan that keeps
+    everything there peaks at most at eager's peak (below it where the step
+    does not keep the model outputs), and it costs the same: nothing is
+    recomputed in either. It needs the op-level workspaces, measured here.
+    """
+    from remat_core.plan import replay
+
+    from .extract import regroup
+
+    if (eg.granularity == "op" or eg.trace is None or getattr(result, "host_plan", None) is not None
+            or int(result.schedule.compute_counts().max()) > 1):
+        return eg, result
+    op_eg = regroup(eg, model, CallSpec.from_call(args, kwargs)[1], "op")
+    op_result = solve(op_eg.graph, budget_bytes, method="checkpoint-all")
+    if op_result.schedule is None:
+        return eg, result
+    peaks = [replay(g.graph, make_plan(g.graph, r.schedule, hoist=hoist)).peak_memory_bytes
+             for g, r in ((eg, result), (op_eg, op_result))]
+    if peaks[1] >= peaks[0]:
+        return eg, result
+    log.info("the %s-level plan recomputes nothing: planned at op level instead, where each value is freed after "
+             "its own last use (predicted peak %s instead of %s)", eg.granularity, format_bytes(peaks[1]),
+             format_bytes(peaks[0]))
+    meta = op_eg.graph.meta
+    meta["no_remat_from"] = {"granularity": eg.granularity, "predicted_peak_bytes": int(peaks[0])}
+    if "granularity_auto" in eg.graph.meta:
+        meta["granularity_auto"] = eg.graph.meta["granularity_auto"]
+    op_eg.graph = op_eg.graph.replace(meta=meta)
+    return op_eg, op_result
+
+
 def _same_structure(a, b) -> bool:
     """Whether two graphs are the same up to sizes and costs (one model traced at two batch sizes)."""
     return (a.n == b.n and list(a.names) == list(b.names) and list(map(list, a.deps)) == list(map(list, b.deps))
@@ -1000,6 +1040,7 @@ def _build(model, args, kwargs, s: _Settings, loaded: dict, require_loaded: bool
             result, budget_bytes = _rescue(eg, budget_bytes, result, s)
         if result.schedule is None:
             raise _infeasible(eg, budget_bytes, result, s)
+        eg, result = _no_remat_at_op_level(eg, model, args, kwargs, result, budget_bytes, s.hoist)
         hoist = s.hoist
     plan = make_plan(eg.graph, result.schedule, hoist=hoist)
     log.info("plan for %s: %s, predicted peak %s, cost %s (trace %.1f s, plan %.1f s)", _describe(eg), result.method,
@@ -1057,6 +1098,10 @@ def rematerialize(
         :func:`remat_core.solvers.auto.choose_path`), and at module level
         otherwise: op-level plans can express every module-level plan, so
         they are at least as cheap whenever the solver can handle the graph.
+        Whatever the granularity, a plan that recomputes nothing is made at
+        op level when it peaks lower there (as eager PyTorch, each value is
+        freed after its own last use; a node of several ops frees its inputs
+        after its last op).
     blocks : sequence of str or torch.nn.Module, optional
         For ``granularity="block"``.
     cost_model : {"flops", "profile", "unit"}

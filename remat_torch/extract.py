@@ -144,6 +144,9 @@ class ExtractedGraph:
         Those of them not in ``kept_outputs``: the graph holds them only to
         the end of the forward pass, as node memory (an ``<outputs>`` node
         reads them), not as fixed bytes.
+    trace : object
+        The trace the graph was grouped from (to group it again at another
+        granularity without tracing).
     """
 
     graph: Graph
@@ -167,6 +170,7 @@ class ExtractedGraph:
     value_reads: Any = None
     untraced_outputs: list = field(default_factory=list)
     released_outputs: list = field(default_factory=list)
+    trace: Any = field(default=None, repr=False)
 
     @property
     def n_params(self) -> int:
@@ -720,6 +724,7 @@ class _Trace:
     n_primals: int
     n_user: int
     autocast_dtype: Any
+    regrouped: dict = field(default_factory=dict)   # granularity -> ExtractedGraph made by `regroup`
 
 
 def _trace(model, call: CallSpec, inputs: tuple, autocast_dtype, grad_outputs, kept_outputs) -> _Trace:
@@ -826,8 +831,23 @@ def _graph_at(tr: _Trace, model, inputs, granularity: str, block_names, name, co
         input_requires_grad=[bool(x.requires_grad) for x in inputs], autocast_dtype=tr.autocast_dtype,
         device_type=inputs[0].device.type if inputs else "cpu", granularity=granularity,
         call=tr.call, out_template=tr.out_template, value_reads=tr.reads, untraced_outputs=tr.untraced,
-        released_outputs=tr.released,
+        released_outputs=tr.released, trace=tr,
     )
+
+
+def regroup(eg: ExtractedGraph, model, inputs, granularity: str, blocks=None, profile_options=None) -> ExtractedGraph:
+    """``eg``'s trace grouped at another ``granularity``, with the same cost and workspace models (no tracing)."""
+    if eg.trace is None:
+        raise ValueError("`eg` holds no trace to group again")
+    key = (granularity, repr(blocks))
+    if key in eg.trace.regrouped:
+        return eg.trace.regrouped[key]
+    out = _graph_at(eg.trace, model, inputs, granularity, _block_names(model, granularity, blocks), eg.graph.name,
+                    eg.graph.meta.get("cost_model", "unit"))
+    _profile_graph(out, model, inputs, eg.graph.meta.get("cost_model", "unit"),
+                   eg.graph.meta.get("workspace", "estimate"), dict(profile_options or {}))
+    eg.trace.regrouped[key] = out
+    return out
 
 
 def _profile_graph(eg: ExtractedGraph, model, inputs, cost_model: str, workspace: str, profile_options) -> None:

@@ -20,7 +20,7 @@ import textwrap
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from hf_cases import MODELS, make  # noqa: E402  (skips without torch / transformers)
+from hf_cases import MODELS, make, resident_bytes  # noqa: E402  (skips without torch / transformers)
 
 import torch  # noqa: E402
 
@@ -42,17 +42,6 @@ _BUDGETS = {("bert", "ilp"): 0.6, ("bert", "lp-rounding"): 0.6}
 
 def _budget(name, method):
     return _BUDGETS.get((name, method), 0.5)
-
-
-def _resident_bytes(model, batch):
-    """Bytes resident before a step: parameters, buffers and the batch (distinct storages)."""
-    seen, total = set(), 0
-    for t in list(model.parameters()) + list(model.buffers()) + [v for v in batch.values() if torch.is_tensor(v)]:
-        p = t.untyped_storage().data_ptr()
-        if p not in seen:
-            seen.add(p)
-            total += t.untyped_storage().nbytes()
-    return total
 
 
 def _built(name, method):
@@ -92,7 +81,7 @@ def _measured(name, method):
         loss = _step(rm, batch)
     with AllocatorMeter() as eager:
         loss_ref = _step(ref, batch)
-    resident = _resident_bytes(model, batch)
+    resident = resident_bytes(model, batch)
     res = dict(loss=loss, loss_ref=loss_ref, measured=resident + ours.peak_bytes,
                eager=resident + eager.peak_bytes, rm=rm, model=model, ref=ref)
     _MEASURED[name, method] = res
