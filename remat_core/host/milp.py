@@ -10,16 +10,23 @@ for each stage ``t`` and value ``i``, binaries
 * ``Q[t,i]`` copied to the host during stage ``t``;
 * ``H[t,i]`` a host copy exists at the start of stage ``t``;
 
-and one continuous stall per stage. Rows: an input of a computation is
-computed earlier in the stage, kept or prefetched; a kept or offloaded value is
-on the device in that stage; a prefetch needs a host copy made before the stage
-that copies it; a host copy comes from an offload. Memory is counted
-*conservatively*: everything on the device or computed during a stage counts
-for the whole stage (plus the largest workspace of the stage's candidates), so
-the MILP is weaker than Checkmate's U recurrence but every plan it returns
-fits. Time: the stall of stage ``t`` is at least the copy time issued in it
-(its offloads and the next stage's prefetches, ``bytes / bandwidth``) minus its
-compute; the objective is compute plus stalls. The decoded plan is judged by
+and one continuous stall per stage, added to Checkmate's program with its
+exact memory accounting (:func:`remat_core.formulation.paper.build_paper`:
+``U[t,k]``, the memory after allocating ``k`` in stage ``t``, and the ``FREE``
+binaries that free an input after its last reader of the stage). Rows: an
+input of a computation is computed earlier in the stage, kept or prefetched;
+a prefetched value may be kept into the next stage; an offloaded value is on
+the device in that stage; a prefetch needs a host copy made before the stage
+that copies it; a host copy comes from an offload. Memory: ``U[t,0]`` also
+holds the values prefetched for stage ``t`` and those being prefetched for
+stage ``t+1`` (allocated when their copy starts, at the start of stage ``t``);
+an offload frees nothing by itself (the value leaves the device where
+Checkmate's accounting frees it, and the copy back is a new buffer). So without
+copies the program is Checkmate's, and with a bandwidth of 0 its optimum is
+the ``ilp`` method's. Time: the stall of stage ``t`` is at least the copy time
+issued in it (its offloads and the next stage's prefetches, ``bytes /
+bandwidth``) minus its compute; the objective is compute plus stalls (an
+estimate: the simulator's copy stream also runs across stage boundaries). The decoded plan frees where ``FREE`` does and is judged by
 :func:`~remat_core.host.simulate_host`. Solved with ``scipy.optimize.milp``
 (HiGHS); meant for graphs of a few dozen nodes. :func:`offload_lp_rounding_plan`
 rounds its LP relaxation (the copy and keep decisions at a threshold, then the
@@ -50,6 +57,7 @@ def offload_milp_plan(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost
     graph : Graph
     budget_bytes : int
     host_bandwidth : float or str
+        Bytes per second; ``0``: no copies (Checkmate's MILP).
     cost_per_s : float, optional
     time_limit_s : float
         HiGHS's time limit.
@@ -72,8 +80,8 @@ def offload_milp_plan(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost
     """
     from scipy.optimize import Bounds, LinearConstraint, milp
 
-    c, A, lo, hi, integrality, ub, index = _build(graph, budget_bytes, host_bandwidth, cost_per_s, time_limit_s)
-    res = milp(c, constraints=LinearConstraint(A, lo, hi), integrality=integrality, bounds=Bounds(0, ub),
+    c, A, lo, hi, integrality, lb, ub, index = _build(graph, budget_bytes, host_bandwidth, cost_per_s, time_limit_s)
+    res = milp(c, constraints=LinearConstraint(A, lo, hi), integrality=integrality, bounds=Bounds(lb, ub),
                options={"time_limit": float(time_limit_s)})
     info = {"status": res.message, "objective": None if res.x is None else float(res.fun),
             "mip_gap": getattr(res, "mip_gap", None)}
@@ -111,17 +119,18 @@ def offload_lp_rounding_plan(graph: Graph, budget_bytes: int, host_bandwidth: An
 
     from .simulate import simulate_host
 
-    c, A, lo, hi, integrality, ub, index = _build(graph, budget_bytes, host_bandwidth, cost_per_s, time_limit_s)
+    c, A, lo, hi, integrality, lb, ub, index = _build(graph, budget_bytes, host_bandwidth, cost_per_s, time_limit_s)
     cons = LinearConstraint(A, lo, hi)
-    lp = milp(c, constraints=cons, integrality=np.zeros_like(integrality), bounds=Bounds(0, ub),
+    lp = milp(c, constraints=cons, integrality=np.zeros_like(integrality), bounds=Bounds(lb, ub),
               options={"time_limit": float(time_limit_s)})
     info: dict[str, Any] = {"lp_bound": None if lp.x is None else float(lp.fun), "threshold": None, "time": None}
     if lp.x is None:
         return None, info
-    fixed = np.array([key[0] in ("S", "P", "Q", "H") for key in index])
+    fixed = np.zeros(len(c), dtype=bool)
+    fixed[[j for key, j in index.items() if key[0] in ("S", "P", "Q", "H")]] = True
     best: tuple[float, HostPlan, float] | None = None
     for th in thresholds:
-        lo_b, hi_b = np.zeros(len(c)), ub.copy()
+        lo_b, hi_b = lb.copy(), ub.copy()
         vals = (lp.x >= th).astype(float)
         lo_b[fixed], hi_b[fixed] = vals[fixed], vals[fixed]
         res = milp(c, constraints=cons, integrality=integrality, bounds=Bounds(lo_b, hi_b),
@@ -138,109 +147,115 @@ def offload_lp_rounding_plan(graph: Graph, budget_bytes: int, host_bandwidth: An
     return best[1], info
 
 def _build(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s: float | None, time_limit_s: float):
-    """The MILP's arrays: objective, constraint matrix and row bounds, integrality, upper bounds, column index."""
-    from scipy.sparse import coo_array
+    """The MILP's arrays: objective, constraint matrix, row bounds, integrality, column bounds, column index.
 
-    bw = validate_bandwidth(host_bandwidth)
-    if bw is None:
-        raise ValueError("`host_bandwidth` must be a positive number of bytes/s for the offloading MILP")
+    Checkmate's program (:func:`remat_core.formulation.paper.build_paper`: ``R``, ``S``, the memory ``U`` after
+    each allocation and the ``FREE`` binaries of its exact accounting) with the copy columns ``P``, ``Q``,
+    ``H`` and the stalls appended, and the rows it has changed: an input may also be prefetched, a prefetched
+    value may be kept, and a stage's memory starts with the values prefetched for it and for the next stage.
+    """
+    from scipy.sparse import coo_array, hstack, vstack
+
+    from ..formulation.paper import build_paper
+
+    if host_bandwidth is None:
+        raise ValueError("`host_bandwidth` must be a number of bytes/s for the offloading MILP (0: no copies)")
+    bw = validate_bandwidth(host_bandwidth)   # None here: a bandwidth of 0, no copies (Checkmate's MILP)
     if not (isinstance(time_limit_s, (int, float)) and time_limit_s > 0):
         raise ValueError(f"`time_limit_s` must be a positive number of seconds; got {time_limit_s!r}")
-    cps = 1.0 if bw == math.inf else cost_per_second(graph, cost_per_s)
+    cps = 1.0 if bw is None or bw == math.inf else cost_per_second(graph, cost_per_s)
     n = graph.n
     mem = graph.memory_bytes.astype(float)
-    ws = graph.workspace_bytes.astype(float)
     cost = graph.cost.astype(float)
     deps = graph.deps
-    copy = np.zeros(n) if bw == math.inf else mem / bw * cps
-    scale = max(1.0, float(mem.max()) if n else 1.0)   # memory rows in units of the largest value
-
+    copy = np.zeros(n) if bw is None or bw == math.inf else mem / bw * cps
+    sf = build_paper(graph, budget_bytes)
+    unit = sf.memory_unit
+    n0 = sf.n_cols
     index: dict[tuple, int] = {}
-
-    def var(*key: Any) -> int:
-        if key not in index:
-            index[key] = len(index)
-        return index[key]
-
     for t in range(n):
-        for i in range(t + 1):
-            var("R", t, i)
-            var("Q", t, i)
-        for i in range(t):
-            var("S", t, i)
-            var("P", t, i)
-            var("H", t, i)
+        for i in range(n):
+            index["R", t, i] = int(sf.r_col[t * n + i])
+            index["S", t, i] = int(sf.s_col[t * n + i])
+    P0, Q0, H0, T0 = n0, n0 + n * n, n0 + 2 * n * n, n0 + 3 * n * n
     for t in range(n):
-        var("stall", t)
-    nv = len(index)
+        for i in range(n):
+            index["P", t, i], index["Q", t, i], index["H", t, i] = P0 + t * n + i, Q0 + t * n + i, H0 + t * n + i
+        index["stall", t] = T0 + t
+    nv = T0 + n
+    lb = np.concatenate([sf.col_lo, np.zeros(nv - n0)])
+    ub = np.concatenate([sf.col_hi, np.ones(nv - n0)])
+    ub[T0:] = np.inf
+    for t in range(n):
+        for i in range(n):
+            if i > t - 2:   # a prefetch for t needs a host copy made in a stage before t - 1
+                ub[index["P", t, i]] = 0.0
+            if i > t:
+                ub[index["Q", t, i]] = 0.0
+            if i > t - 1 or bw is None:
+                ub[index["H", t, i]] = 0.0   # no host copy: no prefetch either
+            if bw is None:
+                ub[index["Q", t, i]] = 0.0
+    integrality = np.concatenate([sf.integrality.astype(float), np.ones(nv - n0)])
+    integrality[T0:] = 0
+    c = np.concatenate([sf.c, np.zeros(nv - n0)])
+    c[T0:] = 1.0
+    c[P0:H0] = 1e-9 * (1 + cost.sum())   # no copy without a reason
+
+    # Checkmate's rows that change: entries in the new columns
+    fam = sf.row_families
+    E = len(graph.edges)
+    dep0, keep0 = 0, fam["dependency"]
+    start0 = keep0 + fam["keep"]
+    er, ec, ev = [], [], []
+    for t in range(n):
+        for e, (i, k) in enumerate(graph.edges):   # R[t,k] <= R[t,i] + S[t,i] + P[t,i]
+            er.append(dep0 + t * E + e)
+            ec.append(index["P", t, int(i)])
+            ev.append(-1.0)
+        if t + 1 < n:
+            for i in range(n):                         # S[t+1,i] <= R[t,i] + S[t,i] + P[t,i]
+                er.append(keep0 + t * n + i)
+                ec.append(index["P", t, i])
+                ev.append(-1.0)
+        for i in range(n):                             # U[t,0] also holds the prefetches for t and t+1
+            er.append(start0 + t)
+            ec.append(index["P", t, i])
+            ev.append(-mem[i] / unit)
+            if t + 1 < n:
+                er.append(start0 + t)
+                ec.append(index["P", t + 1, i])
+                ev.append(-mem[i] / unit)
+    B = coo_array((ev, (er, [x - n0 for x in ec])), shape=(sf.n_rows, nv - n0))
+
     rows: list[tuple[dict[int, float], float, float]] = []
 
     def row(coefs: dict[int, float], lo: float, hi: float) -> None:
         rows.append((coefs, lo, hi))
 
     def on_device(t: int, i: int) -> dict[int, float]:
-        d = {index["R", t, i]: 1.0}
-        if i < t:
-            d[index["S", t, i]] = 1.0
-            d[index["P", t, i]] = 1.0
-        return d
+        return {index["R", t, i]: 1.0, index["S", t, i]: 1.0, index["P", t, i]: 1.0}
 
     for t in range(n):
-        row({index["R", t, t]: 1.0}, 1.0, 1.0)
-        for k in range(t + 1):
-            for i in deps[k]:   # an input is computed earlier in the stage, kept or prefetched
-                d = {key: -c for key, c in on_device(t, i).items()}
-                d[index["R", t, k]] = d.get(index["R", t, k], 0.0) + 1.0
-                row(d, -np.inf, 0.0)
         for i in range(t):
             row({index["S", t, i]: 1.0, index["P", t, i]: 1.0}, -np.inf, 1.0)
-            # kept into t: on the device in t-1
-            d = {key: -c for key, c in on_device(t - 1, i).items()}
-            d[index["S", t, i]] = d.get(index["S", t, i], 0.0) + 1.0
-            row(d, -np.inf, 0.0)
             # a host copy at the start of t comes from one at t-1 or an offload during t-1
-            d = {index["H", t, i]: 1.0, index["Q", t - 1, i]: -1.0}
-            if i < t - 1:
-                d[index["H", t - 1, i]] = -1.0
-            row(d, -np.inf, 0.0)
+            row({index["H", t, i]: 1.0, index["Q", t - 1, i]: -1.0, index["H", t - 1, i]: -1.0}, -np.inf, 0.0)
             # a prefetch for t is copied during t-1, from a host copy made before t-1
-            if i < t - 1:
-                row({index["P", t, i]: 1.0, index["H", t - 1, i]: -1.0}, -np.inf, 0.0)
-            else:
-                row({index["P", t, i]: 1.0}, 0.0, 0.0)
+            row({index["P", t, i]: 1.0, index["H", t - 1, i]: -1.0}, -np.inf, 0.0)
         for i in range(t + 1):   # an offload copies a value on the device
-            d = {key: -c for key, c in on_device(t, i).items()}
+            d = {key: -v for key, v in on_device(t, i).items()}
             d[index["Q", t, i]] = 1.0
             row(d, -np.inf, 0.0)
-        # memory: everything on the device in stage t, the next stage's prefetches, the largest workspace
-        d: dict[int, float] = {}
-        for i in range(t):
-            d[index["S", t, i]] = mem[i] / scale
-            d[index["P", t, i]] = mem[i] / scale
-        for k in range(t + 1):
-            d[index["R", t, k]] = d.get(index["R", t, k], 0.0) + mem[k] / scale
-        if t + 1 < n:
-            for i in range(t + 1):
-                d[index["P", t + 1, i]] = d.get(index["P", t + 1, i], 0.0) + mem[i] / scale
-        wmax = float(ws[: t + 1].max()) if t + 1 else 0.0
-        row(d, -np.inf, (budget_bytes - graph.fixed_bytes - wmax) / scale)
         # stall >= copies issued in the stage - its compute
         d = {index["stall", t]: 1.0}
         for i in range(t + 1):
             d[index["Q", t, i]] = -copy[i]
-            d[index["R", t, i]] = d.get(index["R", t, i], 0.0) + cost[i]
+            d[index["R", t, i]] = cost[i]
         if t + 1 < n:
             for i in range(t + 1):
                 d[index["P", t + 1, i]] = d.get(index["P", t + 1, i], 0.0) - copy[i]
         row(d, 0.0, np.inf)
-    c = np.zeros(nv)
-    for (kind, *rest), j in index.items():
-        if kind == "R":
-            c[j] = cost[rest[1]]
-        elif kind == "stall":
-            c[j] = 1.0
-        elif kind in ("Q", "P"):
-            c[j] = 1e-9 * (1 + cost.sum())   # no copy without a reason
     r_idx, c_idx, vals, lo, hi = [], [], [], [], []
     for k, (coefs, a, b) in enumerate(rows):
         for j, v in coefs.items():
@@ -249,40 +264,47 @@ def _build(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s: flo
             vals.append(v)
         lo.append(a)
         hi.append(b)
-    A = coo_array((vals, (r_idx, c_idx)), shape=(len(rows), nv)).tocsr()
-    integrality = np.ones(nv)
-    ub = np.ones(nv)
-    for t in range(n):
-        integrality[index["stall", t]] = 0
-        ub[index["stall", t]] = np.inf
-    return c, A, lo, hi, integrality, ub, index
+    C = coo_array((vals, (r_idx, c_idx)), shape=(len(rows), nv))
+    A = vstack([hstack([sf.A, B]), C]).tocsr()
+    return c, A, np.concatenate([sf.row_lo, lo]), np.concatenate([sf.row_hi, hi]), integrality, lb, ub, index
 
 
 def _decode(graph: Graph, x: np.ndarray, index: dict) -> HostPlan:
-    """Statements of a MILP solution: per stage, the next stage's prefetches, the computations (each
-    offloaded right after it, or at the stage start if it was already there), then the frees."""
+    """Statements of a MILP solution, freeing where Checkmate's accounting does. Per stage: the next stage's
+    prefetches, the offloads of values already on the device, then each computation (offloaded right after
+    it when asked), each input freed after its last reader of the stage unless kept into the next; at the
+    stage's end every value not kept is freed."""
     n = graph.n
     deps = graph.deps
+    users = graph.users
 
     def on(kind: str, t: int, i: int) -> bool:
         key = (kind, t, i)
         return key in index and bool(x[index[key]])
 
     out: list = []
-    reg: dict[int, int] = {}
+    reg: dict[int, int] = {}       # node -> device register read by this stage
+    pending: dict[int, int] = {}   # node -> register prefetched for the next stage
     host: dict[int, int] = {}
     nxt = 0
+
+    def offload(i: int) -> None:
+        if i not in host:
+            out.append(Offload(reg[i], i))
+            host[i] = reg[i]
+
     for t in range(n):
-        if t + 1 < n:
-            for i in range(t + 1):
-                if on("P", t + 1, i) and i not in reg:
-                    out.append(Prefetch(i, host[i], nxt))
-                    reg[i] = nxt
-                    nxt += 1
+        reg.update(pending)
+        pending = {}
+        for i in range(n):
+            if t + 1 < n and on("P", t + 1, i):
+                out.append(Prefetch(i, host[i], nxt))
+                pending[i] = nxt
+                nxt += 1
         for i in sorted(reg):
-            if on("Q", t, i) and i not in host:
-                out.append(Offload(reg[i], i))
-                host[i] = reg[i]
+            if on("Q", t, i):
+                offload(i)
+        keep = {i for i in range(n) if t + 1 < n and on("S", t + 1, i)}
         for k in range(t + 1):
             if not on("R", t, k):
                 continue
@@ -291,10 +313,11 @@ def _decode(graph: Graph, x: np.ndarray, index: dict) -> HostPlan:
             out.append(Compute(k, nxt, tuple(reg[i] for i in deps[k]), t))
             reg[k] = nxt
             nxt += 1
-            if on("Q", t, k) and k not in host:
-                out.append(Offload(reg[k], k))
-                host[k] = reg[k]
-        keep = {i for i in range(t + 1) if t + 1 < n and (on("S", t + 1, i) or on("P", t + 1, i))}
+            if on("Q", t, k):
+                offload(k)
+            for i in deps[k]:
+                if i in reg and i not in keep and not any(j > k and on("R", t, j) for j in users[i]):
+                    out.append(Free(reg.pop(i), i))
         for i in sorted(reg):
             if i not in keep:
                 out.append(Free(reg.pop(i), i))

@@ -14,10 +14,10 @@ from remat_core.zoo import linear_graph, random_training_graph  # noqa: E402
 
 @pytest.mark.parametrize("bw", [0.5, 4.0, math.inf])
 def test_decoded_plans_fit(bw):
-    g = random_training_graph(4, seed=2).replace(meta={"cost_unit": "s"})
+    g = random_training_graph(3, seed=2).replace(meta={"cost_unit": "s"})
     top = checkpoint_all_peak_bytes(g)
     found = 0
-    for frac in (1.0, 0.95, 0.9, 0.6):   # 0.6 is below what the MILP's stage-long memory count allows
+    for frac in (1.0, 0.95, 0.9, 0.6):
         budget = int(frac * top)
         plan, info = offload_milp_plan(g, budget, bw, time_limit_s=20)
         if plan is not None:
@@ -62,3 +62,23 @@ def test_lp_rounding_fits_and_is_bounded_by_the_relaxation():
     assert found >= 4
     res = solve(g, 7, method="offload-lp-rounding", host_bandwidth=4.0)
     assert res.success and res.peak_memory_bytes <= 7
+
+
+def test_without_copies_it_is_checkmates_milp():
+    """Bandwidth 0: the same optimum as the `ilp` method (both exact accounting), down to the smallest budgets."""
+    from remat_core.units import min_budget_bytes
+
+    chain = linear_graph(6).replace(meta={"cost_unit": "s"})
+    dag = random_training_graph(3, seed=4).replace(meta={"cost_unit": "s"})
+    floor, top = min_budget_bytes(chain)[0], checkpoint_all_peak_bytes(chain)
+    # the DAG's smaller budgets (56 bytes: 149) take HiGHS 20 s and more on a loaded box: two fast ones
+    for g, budgets in ((chain, (floor - 1, floor, floor + 1, (floor + top) // 2, top)), (dag, (62, 74))):
+        for budget in budgets:
+            ilp = solve(g, budget, method="ilp")
+            plan, info = offload_milp_plan(g, budget, 0, time_limit_s=60)
+            assert (plan is None) == (not ilp.success), budget
+            if plan is not None:
+                assert plan.num_offloads == 0
+                assert info["objective"] == pytest.approx(ilp.objective)
+                sim = simulate_host(g, plan)
+                assert sim.time == pytest.approx(ilp.objective) and sim.peak_device_bytes <= budget
