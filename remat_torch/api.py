@@ -909,9 +909,32 @@ def _graph_key(model, args, kwargs, s: _Settings, loaded: dict, grad_outputs, ke
 
 
 def clear_graph_cache(model=None) -> None:
-    """Forget the traced graphs kept for ``model`` (every model: ``None``), so that the next
-    :func:`rematerialize` traces and profiles again (for timing it, or after changing the model in a way
-    that its parameters, buffers and plain attributes do not show)."""
+    """Forget the traced graphs kept for ``model``, so that the next :func:`rematerialize` traces again.
+
+    :func:`rematerialize` keeps each model's traced and profiled graphs (weakly:
+    they go with the model) and reuses them for the same call at another
+    budget or method. Clear them to time a first call, or after changing the
+    model in a way that its modules, parameters, buffers and plain
+    attributes do not show.
+
+    Parameters
+    ----------
+    model : torch.nn.Module, optional
+        The model whose graphs are forgotten; ``None`` (default): every model's.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from remat_torch import clear_graph_cache, rematerialize
+    >>> net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    >>> x = torch.randn(3, 4)
+    >>> a = rematerialize(net, x, budget=1.0, cost_model="unit")
+    >>> rematerialize(net, x, budget=1.0, cost_model="unit").extracted is a.extracted   # from the cache
+    True
+    >>> clear_graph_cache(net)
+    >>> rematerialize(net, x, budget=1.0, cost_model="unit").extracted is a.extracted   # traced again
+    False
+    """
     if model is None:
         _GRAPHS.clear()
     else:
