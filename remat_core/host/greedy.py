@@ -28,12 +28,16 @@ from ..graph import Graph
 from ..plan import Compute, ExecutionPlan, Free, make_plan, replay
 from ..schedule import Schedule
 from .plan import HostPlan, Offload, Prefetch, Wait
-from .simulate import cost_per_second, validate_bandwidth
+from .simulate import cost_per_second, simulate_host, validate_bandwidth
 
 __all__ = ["offload_to_budget", "offload_all_plan", "checkpoint_all"]
 
 #: Candidates scored per step of :func:`offload_to_budget` (the largest values that could leave the device there).
 MAX_CANDIDATES = 64
+#: Candidates judged by the simulator per step (the best by the estimate), on plans of at most
+#: ``LOOKAHEAD_MAX_COMPUTES`` computations; larger plans use the estimate alone.
+LOOKAHEAD = 6
+LOOKAHEAD_MAX_COMPUTES = 3000
 #: Weight of a copy's own length in a candidate's score: fewer bytes on the copy stream leave room for others.
 COPY_WEIGHT = 0.05
 
@@ -130,13 +134,15 @@ def offload_to_budget(graph: Graph, base: Any, budget_bytes: int, host_bandwidth
         return 0.0 if bw == math.inf else b / bw * cps
 
     windows: dict[int, list[tuple[int, int]]] = {}   # register -> [(lo, hi)] stretches off the device
+    simulated = P <= LOOKAHEAD_MAX_COMPUTES
+    now_time = float(csum[-1])
     while True:
         p = int(np.argmax(excess))
         if excess[p] <= 0:
             break
         cand = np.flatnonzero((first < p) & (last > p) & (nbytes > 0))
         cand = cand[np.argsort(-nbytes[cand], kind="stable")]
-        best = None
+        scoredlist: list = []
         scored = 0
         for r in cand.tolist():
             if scored == MAX_CANDIDATES:
@@ -156,11 +162,23 @@ def offload_to_budget(graph: Graph, base: Any, budget_bytes: int, host_bandwidth
             est = max(0.0, c_out - lead_out) + max(0.0, c_in - lead_in)
             benefit = min(int(nbytes[r]), int(excess[p]))
             key = ((est + COPY_WEIGHT * (c_in + c_out)) / benefit, -int(nbytes[r]), r)
-            if best is None or key < best[0]:
-                best = (key, r, lo, hi)
-        if best is None:
+            scoredlist.append((key, r, lo, hi, benefit))
+        if not scoredlist:
             return None
-        _, r, lo, hi = best
+        scoredlist.sort(key=lambda x: x[0])
+        if simulated and len(scoredlist) > 1 and bw != math.inf:
+            # the estimate ignores the copy queue and the reader's wait: judge the best few by the simulator
+            best = None
+            for key, r, lo, hi, benefit in scoredlist[:LOOKAHEAD]:
+                trial = {k: list(v) for k, v in windows.items()}
+                trial.setdefault(r, []).append((lo, hi))
+                t = simulate_host(graph, _emit(plan, computes, trial, node_of, nreg), bw, cost_per_s).time
+                k2 = ((t - now_time) / benefit, key)
+                if best is None or k2 < best[0]:
+                    best = (k2, r, lo, hi, t)
+        else:
+            best = scoredlist[0][:4] + (now_time,)
+        _, r, lo, hi, now_time = best
         excess[lo:hi + 1] -= nbytes[r]
         windows.setdefault(r, []).append((lo, hi))
     return _emit(plan, computes, windows, node_of, nreg)
