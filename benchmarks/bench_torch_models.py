@@ -490,7 +490,7 @@ def _range(xs):
     return f"{min(xs):.0f}-{max(xs):.0f} s (median {statistics.median(xs):.0f})" if xs else "none ran"
 
 
-def render(results: dict, args, wall_s: float) -> str:
+def render(results: dict, args, wall_s: float, command: str, machine: str) -> str:
     import _report
 
     table, eq, summary = [], [], []
@@ -536,8 +536,8 @@ def render(results: dict, args, wall_s: float) -> str:
     return "\n".join([
         "## torch-models",
         "",
-        f"Command: `{_report.command_line()}`  ",
-        f"Machine: {_report.machine_line()}; {args.threads} intra-op thread(s), device {args.device}; whole run "
+        f"Command: `{command}`  ",
+        f"Machine: {machine}; {args.threads} intra-op thread(s), device {args.device}; run time "
         f"{wall_s:.0f} s. The 2 cores were shared with other jobs: the load average (1 min) at the start and end "
         "of each model is in the last table. Compare ratios within a model, measured in this one run.",
         "",
@@ -635,9 +635,12 @@ def parse_args(argv=None):
                     help="configs making their first step at once (timing rounds always run one step at a time)")
     ap.add_argument("--out", help="folder of torch_models.json/.png (default benchmarks/results)")
     ap.add_argument("--no-readme", action="store_true", help="do not rewrite benchmarks/README.md")
+    ap.add_argument("--report-only", metavar="JSON",
+                    help="rewrite the README section and plot from saved torch_models.json files (comma-separated: "
+                         "runs made side by side, their models merged)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.worker:
+    if args.worker or args.report_only:
         return args
     if args.quick:
         args.models, args.compile_models, args.rounds = "gpt2", "gpt2", 2
@@ -663,6 +666,18 @@ def main(argv=None):
         return worker(json.loads(args.worker))
     import _report
 
+    if args.report_only:  # one saved run, or several run side by side (their models merged, in order)
+        runs = []
+        for path in args.report_only.split(","):
+            with open(path) as f:
+                runs.append(json.load(f))
+        results = {k: v for run in runs for k, v in run["results"].items()}
+        plot(results, os.path.join(_report.RESULTS, "torch_models.png"))
+        md = render(results, argparse.Namespace(**runs[0]["args"]), max(r.get("wall_s", 0.0) for r in runs),
+                    "` and, at the same time, `".join(r["command"] for r in runs), runs[0]["machine"])
+        _report.write_section("torch-models", md)
+        print(md)
+        return 0
     started = time.perf_counter()
 
     def log(msg):
@@ -680,7 +695,8 @@ def main(argv=None):
             log(f"{name}: load average {os.getloadavg()[0]:.1f}")
             results[name] = run_model(name, args, workers, log)
             _report.save_json("torch_models", {"machine": _report.machine_line(), "command": _report.command_line(),
-                                               "args": vars(args), "results": results}, folder=out)
+                                               "args": vars(args), "results": results,
+                                               "wall_s": time.perf_counter() - started}, folder=out)
     except KeyboardInterrupt:
         log("interrupted: workers stopped, cache folders removed; nothing written")
         return 130
@@ -689,7 +705,7 @@ def main(argv=None):
     wall = time.perf_counter() - started
     png = os.path.join(out, "torch_models.png")
     plot(results, png)
-    md = render(results, args, wall)
+    md = render(results, args, wall, _report.command_line(), _report.machine_line())
     if not args.quick and not args.no_readme and not args.out:
         _report.write_section("torch-models", md)
     print(md)
