@@ -281,7 +281,8 @@ class RematResult:
     status : SolveStatus
     message : str
     schedule : Schedule or None
-        Present exactly when ``status`` is ``OPTIMAL`` or ``FEASIBLE``.
+        Present when ``status`` is ``OPTIMAL`` or ``FEASIBLE`` (a result that
+        records its run as a ``sequence`` may carry only that).
     objective : float or None
         Simulated total compute cost of ``schedule``.
     lower_bound : float or None
@@ -295,6 +296,12 @@ class RematResult:
     stats : dict
         Method-specific details; ``min_budget_bytes`` (exact smallest feasible
         budget) or ``min_budget_lower_bound_bytes`` when the budget is too small.
+    sequence : remat_core.sequence.OpSequence or None
+        The run as compute / free events, when the method records one
+        (``dtr``). Then ``objective`` and ``peak_memory_bytes`` are the
+        sequence's, and ``schedule`` (if any) is a stage-form plan in the
+        graph's numbering, also within budget, costing
+        ``stats["schedule_cost"]``.
     """
 
     status: SolveStatus
@@ -308,6 +315,7 @@ class RematResult:
     backend: str = ""
     solve_time_s: float = 0.0
     stats: dict[str, Any] = field(default_factory=dict)
+    sequence: Any = None
 
     @property
     def success(self) -> bool:

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import UnknownMethodError
 
-__all__ = ["available_kernels", "kernel_name", "get_kernel", "use_kernel", "simulate", "r_given_s", "path_cuts", "dtr"]
+__all__ = ["available_kernels", "kernel_name", "get_kernel", "use_kernel", "simulate", "r_given_s", "path_cuts", "dtr", "dtr_sequence"]
 
 # name -> module path, in preference order
 _IMPLEMENTATIONS = {
@@ -132,3 +132,16 @@ def dtr(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, h
     return k.dtr(int(n), _i64(dep_ptr), _i64(dep_idx), _i64(user_ptr), _i64(user_idx), _i64(mem), _i64(ws),
                  np.ascontiguousarray(cost, dtype=np.float64), int(fixed), int(budget), int(heuristic), int(seed),
                  int(max_computes), int(bool(keep_dead)))
+
+
+def dtr_sequence(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, order, heuristic, seed,
+                 max_cost, hold: bool = True, kernel: str | None = None):
+    """Dispatching wrapper of DTR run as a sequence (see ``_reference.dtr_sequence``): ``(info, kind, node,
+    total_cost)``. An implementation without this kernel hands it to the next one that has it (the reference
+    always does)."""
+    names = [get_kernel(kernel).__name__.rsplit(".", 1)[-1].lstrip("_")] + list(_IMPLEMENTATIONS)
+    fn = next(f for f in (getattr(_load(nm), "dtr_sequence", None) if nm in _IMPLEMENTATIONS else None
+                          for nm in names) if f is not None)
+    return fn(int(n), _i64(dep_ptr), _i64(dep_idx), _i64(user_ptr), _i64(user_idx), _i64(mem), _i64(ws),
+              np.ascontiguousarray(cost, dtype=np.float64), int(fixed), int(budget), _i64(order), int(heuristic),
+              int(seed), float(max_cost), int(bool(hold)))

@@ -550,3 +550,341 @@ def dtr(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, h
     info[5] = computations
     info[6] = evictions
     return info, R_ptr, R_idx[:r_size].copy(), S_ptr, S_idx[:s_size].copy()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# DTR as it runs, recorded as an operation sequence (the spec: _reference.dtr_sequence)
+# ---------------------------------------------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def _grow_i64(a, size):  # pragma: no cover - compiled
+    if size < a.shape[0]:
+        return a
+    b = np.empty(2 * a.shape[0] + 16, dtype=a.dtype)
+    b[:a.shape[0]] = a
+    return b
+
+
+@njit(cache=True, nogil=True)
+def _grow_f64(a, size):  # pragma: no cover - compiled
+    if size < a.shape[0]:
+        return a
+    b = np.empty(2 * a.shape[0] + 16, dtype=np.float64)
+    b[:a.shape[0]] = a
+    return b
+
+
+@njit(cache=True, nogil=True)
+def _seq_walk(v, ptr, idx, resident, seen_once, cost, seen, stamp, stack, limit):  # pragma: no cover - compiled
+    """Cost of the evicted values reachable from v through ``ptr/idx`` (inputs or readers), depth first; the walk
+    stops early, returning a partial sum above ``limit``, once the sum passes ``limit``."""
+    seen[v] = stamp
+    total = 0.0
+    top = 0
+    for q in range(ptr[v], ptr[v + 1]):
+        u = idx[q]
+        if seen_once[u] and not resident[u] and seen[u] != stamp:
+            seen[u] = stamp
+            stack[top] = u
+            top += 1
+    while top > 0:
+        top -= 1
+        x = stack[top]
+        total += cost[x]
+        if total > limit:
+            return total
+        for q in range(ptr[x], ptr[x + 1]):
+            u = idx[q]
+            if seen_once[u] and not resident[u] and seen[u] != stamp:
+                seen[u] = stamp
+                stack[top] = u
+                top += 1
+    return total
+
+
+@njit(cache=True, nogil=True)
+def _seq_needed(i, p, user_ptr, user_idx, resident, seen_once, last_pos, seen, stamp, stack):  # pragma: no cover
+    seen[i] = stamp
+    stack[0] = i
+    top = 1
+    while top > 0:
+        top -= 1
+        x = stack[top]
+        for q in range(user_ptr[x], user_ptr[x + 1]):
+            j = user_idx[q]
+            if seen_once[j] and not resident[j] and seen[j] != stamp:
+                if last_pos[j] > p:
+                    return True
+                seen[j] = stamp
+                stack[top] = j
+                top += 1
+    return False
+
+
+@njit(cache=True, nogil=True)
+def dtr_sequence(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, order, heuristic, seed,
+                 max_cost, hold=1):  # pragma: no cover - compiled
+    info = np.full(7, -1, dtype=np.int64)
+    info[0] = 0
+    pos = np.empty(n, dtype=np.int64)
+    for p in range(n):
+        pos[order[p]] = p
+    last_pos = pos.copy()
+    for k in range(n):
+        for q in range(user_ptr[k], user_ptr[k + 1]):
+            if pos[user_idx[q]] > last_pos[k]:
+                last_pos[k] = pos[user_idx[q]]
+    resident = np.zeros(n, dtype=np.bool_)
+    seen_once = np.zeros(n, dtype=np.bool_)
+    locks = np.zeros(n, dtype=np.int64)
+    last_access = np.zeros(n, dtype=np.float64)
+    cls = np.full(n, -1, dtype=np.int64)
+    uf_parent = np.empty(n + 16, dtype=np.int64)
+    uf_size = np.empty(n + 16, dtype=np.int64)
+    uf_cost = np.empty(n + 16, dtype=np.float64)
+    root_seen = np.zeros(n + 16, dtype=np.int64)
+    n_cls = 0
+    kind = np.empty(2 * n + 16, dtype=np.int64)
+    node = np.empty(2 * n + 16, dtype=np.int64)
+    n_ev = 0
+    res_list = np.empty(n, dtype=np.int64)
+    res_pos = np.full(n, -1, dtype=np.int64)
+    n_res = 0
+    seen = np.zeros(n, dtype=np.int64)
+    stamp = 0
+    wstack = np.empty(n, dtype=np.int64)
+    # depth-first materialization: frames (node, cursor, end) into the buffer of missing inputs
+    f_node = np.empty(n + 1, dtype=np.int64)
+    f_cur = np.empty(n + 1, dtype=np.int64)
+    f_end = np.empty(n + 1, dtype=np.int64)
+    f_start = np.empty(n + 1, dtype=np.int64)
+    mbuf = np.empty(dep_idx.shape[0] + 1, dtype=np.int64)
+    current = np.int64(fixed)
+    peak = np.int64(fixed)
+    clock = 0.0
+    total = 0.0
+    computations = 0
+    evictions = 0
+    for p in range(n):
+        v = order[p]
+        depth = 0
+        mtop = 0
+        # push v
+        f_node[0] = v
+        f_cur[0] = 0
+        f_start[0] = 0
+        for q in range(dep_ptr[v], dep_ptr[v + 1]):
+            i = dep_idx[q]
+            if resident[i]:
+                locks[i] += 1
+            else:
+                mbuf[mtop] = i
+                mtop += 1
+        f_end[0] = mtop
+        depth = 1
+        while depth > 0:
+            d = depth - 1
+            x = f_node[d]
+            if f_cur[d] < f_end[d]:
+                i = mbuf[f_cur[d]]
+                f_cur[d] += 1
+                if resident[i]:
+                    locks[i] += 1
+                else:
+                    f_node[depth] = i
+                    f_cur[depth] = mtop
+                    f_start[depth] = mtop
+                    for q in range(dep_ptr[i], dep_ptr[i + 1]):
+                        u = dep_idx[q]
+                        if resident[u]:
+                            locks[u] += 1
+                        else:
+                            mbuf[mtop] = u
+                            mtop += 1
+                    f_end[depth] = mtop
+                    depth += 1
+                continue
+            depth -= 1
+            mtop = f_start[depth]          # the frame's missing inputs are all obtained: reuse its buffer
+            # make room for x
+            need = mem[x] + ws[x]
+            while current + need > budget:
+                best = -1
+                best_score = 0.0
+                for r in range(n_res):
+                    w = res_list[r]
+                    if locks[w] != 0 or mem[w] <= 0:
+                        continue
+                    m = float(mem[w])
+                    stale = clock - last_access[w]
+                    if (heuristic == _DTR_H_DTR or heuristic == _DTR_H_DTR_EQ or heuristic == _DTR_H_DTR_LOCAL) \
+                            and stale <= 0.0:
+                        s = np.inf
+                    elif heuristic == _DTR_H_DTR:
+                        # a candidate whose walks pass what would tie the best so far (with a margin far above
+                        # rounding) cannot be chosen: its walks stop there (same choice as the reference)
+                        limit = np.inf
+                        if best != -1 and best_score < np.inf:
+                            limit = best_score * m * stale * (1.0 + 1e-9) + 1e-300
+                            if cost[w] > limit:
+                                continue
+                        stamp += 1
+                        up = _seq_walk(w, dep_ptr, dep_idx, resident, seen_once, cost, seen, stamp, wstack,
+                                       limit - cost[w])
+                        if cost[w] + up > limit:
+                            continue
+                        stamp += 1
+                        down = _seq_walk(w, user_ptr, user_idx, resident, seen_once, cost, seen, stamp, wstack,
+                                         limit - cost[w] - up)
+                        if cost[w] + up + down > limit:
+                            continue
+                        s = (cost[w] + up + down) / (m * stale)
+                    elif heuristic == _DTR_H_DTR_EQ:
+                        stamp += 1
+                        tot = cost[w]
+                        for side in range(2):
+                            ptr = dep_ptr if side == 0 else user_ptr
+                            idx = dep_idx if side == 0 else user_idx
+                            for q in range(ptr[w], ptr[w + 1]):
+                                u = idx[q]
+                                if seen_once[u] and not resident[u] and cls[u] >= 0:
+                                    rt = _uf_find(uf_parent, cls[u])
+                                    if root_seen[rt] != stamp:
+                                        root_seen[rt] = stamp
+                                        tot += uf_cost[rt]
+                        s = tot / (m * stale)
+                    elif heuristic == _DTR_H_DTR_LOCAL:
+                        s = cost[w] / (m * stale)
+                    elif heuristic == _DTR_LRU:
+                        s = last_access[w]
+                    elif heuristic == _DTR_LARGEST:
+                        s = -m
+                    elif heuristic == _DTR_MSPS:
+                        stamp += 1
+                        s = (cost[w] + _seq_walk(w, dep_ptr, dep_idx, resident, seen_once, cost, seen, stamp,
+                                                 wstack, np.inf)) / m
+                    else:
+                        s = _dtr_random_key(seed, evictions, w)
+                    if best == -1 or s < best_score or (s == best_score and w < best):
+                        best = w
+                        best_score = s
+                if best == -1:
+                    info[0] = 1
+                    info[1] = p
+                    info[2] = x
+                    info[3] = current + need
+                    info[4] = peak
+                    info[5] = computations
+                    info[6] = evictions
+                    return info, kind[:n_ev].astype(np.int8), node[:n_ev].copy(), total
+                # free best (an eviction)
+                n_res = _res_remove(best, resident, res_list, res_pos, n_res)
+                current -= mem[best]
+                kind = _grow_i64(kind, n_ev)
+                node = _grow_i64(node, n_ev)
+                kind[n_ev] = 1
+                node[n_ev] = best
+                n_ev += 1
+                if heuristic == _DTR_H_DTR_EQ:
+                    uf_parent = _grow_i64(uf_parent, n_cls)
+                    uf_size = _grow_i64(uf_size, n_cls)
+                    uf_cost = _grow_f64(uf_cost, n_cls)
+                    root_seen = _grow_i64(root_seen, n_cls)
+                    c = n_cls
+                    n_cls += 1
+                    uf_parent[c] = c
+                    uf_size[c] = 1
+                    uf_cost[c] = cost[best]
+                    root_seen[c] = 0
+                    cls[best] = c
+                    for side in range(2):
+                        ptr = dep_ptr if side == 0 else user_ptr
+                        idx = dep_idx if side == 0 else user_idx
+                        for q in range(ptr[best], ptr[best + 1]):
+                            u = idx[q]
+                            if seen_once[u] and not resident[u] and cls[u] >= 0:
+                                _uf_union(uf_parent, uf_size, uf_cost, c, cls[u])
+                evictions += 1
+            # compute x
+            clock += cost[x]
+            total += cost[x]
+            computations += 1
+            if cls[x] >= 0:
+                rt = _uf_find(uf_parent, cls[x])
+                uf_cost[rt] -= cost[x]
+                cls[x] = -1
+            resident[x] = True
+            seen_once[x] = True
+            res_list[n_res] = x
+            res_pos[x] = n_res
+            n_res += 1
+            current += mem[x]
+            if current + ws[x] > peak:
+                peak = current + ws[x]
+            kind = _grow_i64(kind, n_ev)
+            node = _grow_i64(node, n_ev)
+            kind[n_ev] = 0
+            node[n_ev] = x
+            n_ev += 1
+            last_access[x] = clock
+            for q in range(dep_ptr[x], dep_ptr[x + 1]):
+                i = dep_idx[q]
+                locks[i] -= 1
+                last_access[i] = clock
+            if total > max_cost:
+                info[0] = 2
+                info[1] = p
+                info[2] = x
+                info[3] = current
+                info[4] = peak
+                info[5] = computations
+                info[6] = evictions
+                return info, kind[:n_ev].astype(np.int8), node[:n_ev].copy(), total
+            if depth > 0:
+                locks[x] += 1
+        # release
+        for side in range(2):
+            lo = dep_ptr[v] if side == 0 else 0
+            hi = dep_ptr[v + 1] if side == 0 else 1
+            for q in range(lo, hi):
+                i = dep_idx[q] if side == 0 else v
+                if last_pos[i] == p and resident[i] and locks[i] == 0:
+                    keep = False
+                    if hold:
+                        stamp += 1
+                        keep = _seq_needed(i, p, user_ptr, user_idx, resident, seen_once, last_pos, seen, stamp,
+                                           wstack)
+                    if not keep:
+                        n_res = _res_remove(i, resident, res_list, res_pos, n_res)
+                        current -= mem[i]
+                        kind = _grow_i64(kind, n_ev)
+                        node = _grow_i64(node, n_ev)
+                        kind[n_ev] = 1
+                        node[n_ev] = i
+                        n_ev += 1
+                        if heuristic == _DTR_H_DTR_EQ:
+                            uf_parent = _grow_i64(uf_parent, n_cls)
+                            uf_size = _grow_i64(uf_size, n_cls)
+                            uf_cost = _grow_f64(uf_cost, n_cls)
+                            root_seen = _grow_i64(root_seen, n_cls)
+                            c = n_cls
+                            n_cls += 1
+                            uf_parent[c] = c
+                            uf_size[c] = 1
+                            uf_cost[c] = cost[i]
+                            root_seen[c] = 0
+                            cls[i] = c
+                            for side2 in range(2):
+                                ptr = dep_ptr if side2 == 0 else user_ptr
+                                idx = dep_idx if side2 == 0 else user_idx
+                                for q2 in range(ptr[i], ptr[i + 1]):
+                                    u = idx[q2]
+                                    if seen_once[u] and not resident[u] and cls[u] >= 0:
+                                        _uf_union(uf_parent, uf_size, uf_cost, c, cls[u])
+    info[0] = 0
+    info[1] = -1
+    info[2] = -1
+    info[3] = -1
+    info[4] = peak
+    info[5] = computations
+    info[6] = evictions
+    return info, kind[:n_ev].astype(np.int8), node[:n_ev].copy(), total

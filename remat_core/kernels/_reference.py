@@ -73,6 +73,8 @@ Returns ``(violation, row_ptr, row_idx)``: float64, and the rows in CSR.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 ERR_OK = 0
@@ -457,3 +459,246 @@ def dtr(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, h
         S_ptr.append(len(S_idx))
     info[4] = peak
     return tuple(np.asarray(a, dtype=np.int64) for a in (info, R_ptr, R_idx, S_ptr, S_idx))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# DTR as it runs, recorded as an operation sequence (:func:`dtr_sequence`)
+# ---------------------------------------------------------------------------------------------------------------
+SEQ_COMPUTE, SEQ_FREE = 0, 1   # the event kinds of remat_core.sequence (COMPUTE, FREE)
+
+
+def dtr_sequence(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, order, heuristic, seed,
+                 max_cost, hold=0):
+    """Run DTR's online evictor over ``order`` as the DTR authors' simulator (simrd) does; returns
+    ``(info, kind, node, total_cost)``: the run as compute / free events.
+
+    ``order`` is the program: a topological order of the nodes (any, not
+    only ``0..n-1``). For each program node ``v``, in order:
+
+    1. **Materialize, depth first.** Each input of ``v``, in ascending index
+       order, is locked if it is resident; otherwise it is first
+       materialized the same way (its own inputs locked, room made, computed,
+       its inputs unlocked) and then locked. A value is thus recomputed just
+       before its reader needs it, and only the inputs of what is being
+       computed are locked (simrd's ``_materialize``).
+    2. **Make room.** While ``current + mem[x] + ws[x] > budget`` for the node
+       ``x`` about to run, free the eviction candidate (resident, unlocked,
+       ``mem > 0``) with the lowest score; ties go to the smallest index. No
+       candidate left: the run fails (``DTR_NO_FIT``), reporting the bytes
+       ``x`` needed.
+    3. **Compute** ``x``: ``clock += cost[x]`` (time is compute time);
+       ``current += mem[x]``; the instant's memory is ``current + ws[x]``
+       (the peak is the largest); ``x`` and its inputs are accessed at
+       ``clock``; the inputs are unlocked. When the total cost computed
+       exceeds ``max_cost`` the run stops as thrashing (``DTR_THRASH``; simrd's
+       ``remat_limit``).
+    4. **Release.** After a program node ``v`` (not a recomputation) runs,
+       each input whose last reader in ``order`` is ``v`` is freed, and ``v``
+       itself when nothing reads it (simrd's eager eviction of released
+       tensors). A freed or evicted value can be recomputed later from its
+       inputs, recursively; a recomputed value whose program readers have all
+       run stays resident as an ordinary candidate.
+
+    Every free (eviction or release) is a ``FREE`` event; every computation a
+    ``COMPUTE`` event. Values still resident at the end are not freed.
+
+    Scores (lower is freed first) use ``stale = clock - last_access`` in
+    compute time (a score is ``inf`` at staleness 0, as in simrd) and ``m =
+    mem``. The *evicted neighbours* of ``v`` are its inputs and readers that
+    were computed before and are not resident.
+
+    * ``DTR_H_DTR``: ``(cost[v] + cost of e*(v)) / (m * stale)``; ``e*(v)``:
+      the values reachable from ``v`` through evicted inputs, then through
+      evicted readers (simrd's two regions), each walk depth first.
+    * ``DTR_H_DTR_EQ``: the paper's equivalence classes: freeing ``v`` makes
+      a new class of cost ``cost[v]`` and merges it with the class of every
+      evicted neighbour (union by size, the larger root survives, the smaller
+      index on ties); computing ``v`` again takes ``cost[v]`` off its class
+      and takes ``v`` out of it (the class is not split). Score:
+      ``(cost[v] + sum of the distinct classes of its evicted neighbours) /
+      (m * stale)``.
+    * ``DTR_H_DTR_LOCAL``: ``cost[v] / (m * stale)``.
+    * ``DTR_LRU``: ``last_access``. ``DTR_LARGEST``: ``-m``.
+    * ``DTR_MSPS``: ``(cost[v] + cost of the evicted-inputs walk) / m``.
+    * ``DTR_RANDOM``: :func:`dtr_random_key` of ``(seed, evictions so far, v)``.
+
+    ``info`` is ``[code, fail_position, fail_node, fail_need_bytes, peak,
+    computations, evictions]`` (``evictions`` counts frees made to make room,
+    not releases); ``total_cost`` is the cost computed (float).
+    """
+    dep_ptr, dep_idx, user_ptr, user_idx = (a.tolist() for a in (dep_ptr, dep_idx, user_ptr, user_idx))
+    mem, ws, cost, order = mem.tolist(), ws.tolist(), cost.tolist(), order.tolist()
+    fixed, budget, seed, max_cost = int(fixed), int(budget), int(seed), float(max_cost)
+    inputs = [dep_idx[dep_ptr[k]:dep_ptr[k + 1]] for k in range(n)]
+    readers = [user_idx[user_ptr[k]:user_ptr[k + 1]] for k in range(n)]
+    pos = [0] * n
+    for p, v in enumerate(order):
+        pos[v] = p
+    last_pos = [max([pos[j] for j in readers[k]], default=pos[k]) for k in range(n)]
+    resident, locks, seen_once = [False] * n, [0] * n, [False] * n
+    last_access = [0.0] * n
+    cls = [-1] * n                                   # the equivalence class of an evicted value (-1: none)
+    uf_parent: list[int] = []
+    uf_size: list[int] = []
+    uf_cost: list[float] = []
+    kind: list[int] = []
+    node: list[int] = []
+    info = [DTR_OK, -1, -1, -1, fixed, 0, 0]
+    state = dict(current=fixed, clock=0.0, total=0.0)
+
+    def out():
+        return (np.asarray(info, dtype=np.int64), np.asarray(kind, dtype=np.int8), np.asarray(node, dtype=np.int64),
+                float(state["total"]))
+
+    def find(x):
+        root = x
+        while uf_parent[root] != root:
+            root = uf_parent[root]
+        while uf_parent[x] != root:
+            uf_parent[x], x = root, uf_parent[x]
+        return root
+
+    def union(a, b):
+        ra, rb = find(a), find(b)
+        if ra == rb:
+            return
+        if uf_size[ra] < uf_size[rb] or (uf_size[ra] == uf_size[rb] and rb < ra):
+            ra, rb = rb, ra
+        uf_parent[rb] = ra
+        uf_size[ra] += uf_size[rb]
+        uf_cost[ra] += uf_cost[rb]
+
+    def evicted(u):
+        return seen_once[u] and not resident[u]
+
+    def free(v):
+        resident[v] = False
+        state["current"] -= mem[v]
+        kind.append(SEQ_FREE)
+        node.append(v)
+        if heuristic == DTR_H_DTR_EQ:
+            c = len(uf_parent)
+            uf_parent.append(c)
+            uf_size.append(1)
+            uf_cost.append(cost[v])
+            cls[v] = c
+            for u in inputs[v] + readers[v]:
+                if evicted(u) and cls[u] >= 0:
+                    union(c, cls[u])
+
+    def walk(v, through):            # cost of the evicted values reachable from v through inputs or readers
+        seen, total = {v}, 0.0
+        stack = [u for u in through[v] if evicted(u)]
+        seen.update(stack)
+        while stack:
+            x = stack.pop()
+            total += cost[x]
+            for u in through[x]:
+                if evicted(u) and u not in seen:
+                    seen.add(u)
+                    stack.append(u)
+        return total
+
+    def score(v):
+        m, stale = float(mem[v]), state["clock"] - last_access[v]
+        if heuristic in (DTR_H_DTR, DTR_H_DTR_EQ, DTR_H_DTR_LOCAL) and stale <= 0.0:
+            return math.inf
+        if heuristic == DTR_H_DTR:
+            return (cost[v] + walk(v, inputs) + walk(v, readers)) / (m * stale)
+        if heuristic == DTR_H_DTR_EQ:
+            total, roots = cost[v], set()
+            for u in inputs[v] + readers[v]:
+                if evicted(u) and cls[u] >= 0:
+                    r = find(cls[u])
+                    if r not in roots:
+                        roots.add(r)
+                        total += uf_cost[r]
+            return total / (m * stale)
+        if heuristic == DTR_H_DTR_LOCAL:
+            return cost[v] / (m * stale)
+        if heuristic == DTR_LRU:
+            return last_access[v]
+        if heuristic == DTR_LARGEST:
+            return -m
+        if heuristic == DTR_MSPS:
+            return (cost[v] + walk(v, inputs)) / m
+        return dtr_random_key(seed, info[6], v)
+
+    def compute(x, p):               # make room, compute x; False when the run stops
+        need = mem[x] + ws[x]
+        while state["current"] + need > budget:
+            best, best_score = -1, 0.0
+            for v in range(n):
+                if resident[v] and locks[v] == 0 and mem[v] > 0:
+                    s = score(v)
+                    if best == -1 or s < best_score:
+                        best, best_score = v, s
+            if best == -1:
+                info[0:4] = [DTR_NO_FIT, p, x, state["current"] + need]
+                return False
+            free(best)
+            info[6] += 1
+        state["clock"] += cost[x]
+        state["total"] += cost[x]
+        info[5] += 1
+        if cls[x] >= 0:
+            uf_cost[find(cls[x])] -= cost[x]
+            cls[x] = -1
+        resident[x] = seen_once[x] = True
+        state["current"] += mem[x]
+        info[4] = max(info[4], state["current"] + ws[x])
+        kind.append(SEQ_COMPUTE)
+        node.append(x)
+        last_access[x] = state["clock"]
+        for i in inputs[x]:
+            locks[i] -= 1
+            last_access[i] = state["clock"]
+        if state["total"] > max_cost:
+            info[0:4] = [DTR_THRASH, p, x, state["current"]]
+            return False
+        return True
+
+    def needed(i, p):                # an evicted value read after position p would recompute through i
+        seen, stack = {i}, [i]
+        while stack:
+            for j in readers[stack.pop()]:
+                if evicted(j) and j not in seen:
+                    if last_pos[j] > p:
+                        return True
+                    seen.add(j)
+                    stack.append(j)
+        return False
+
+    def frame(x):                    # lock x's resident inputs first; the others are materialized in order
+        missing = []
+        for i in inputs[x]:
+            if resident[i]:
+                locks[i] += 1
+            else:
+                missing.append(i)
+        return [x, missing, 0]
+
+    for p, v in enumerate(order):
+        stack = [frame(v)]            # depth-first materialization
+        while stack:
+            top = stack[-1]
+            x, missing = top[0], top[1]
+            if top[2] < len(missing):
+                i = missing[top[2]]
+                top[2] += 1
+                if resident[i]:       # a sibling's recomputation brought it back
+                    locks[i] += 1
+                else:
+                    stack.append(frame(i))
+                continue
+            stack.pop()
+            if not compute(x, p):
+                return out()
+            if stack:                 # a recomputation: its reader locks it
+                locks[x] += 1
+        for i in inputs[v]:
+            if last_pos[i] == p and resident[i] and locks[i] == 0 and not (hold and needed(i, p)):
+                free(i)
+        if last_pos[v] == p and resident[v] and not (hold and needed(v, p)):
+            free(v)
+    return out()

@@ -196,6 +196,27 @@ def solve(graph: Graph, budget_bytes: int, method: str = "ilp", **options: Any) 
     return result
 
 
+def _verify_sequence(graph: Graph, result: RematResult) -> None:
+    """Re-simulate ``result.sequence`` (:func:`remat_core.sequence.simulate_sequence`): over the budget, or with a
+    status that is not a success, it is a bug; else it fills ``objective`` and ``peak_memory_bytes``."""
+    from ..sequence import simulate_sequence
+
+    if result.status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
+        raise ScheduleVerificationError(
+            f"method {result.method!r} returned a sequence with status {result.status.value}")
+    sim = simulate_sequence(graph, result.sequence, timeline=False)
+    if sim.peak_memory_bytes > result.budget_bytes:
+        raise ScheduleVerificationError(
+            f"method {result.method!r} returned a sequence whose simulated peak {sim.peak_memory_bytes} bytes "
+            f"exceeds the budget {result.budget_bytes} bytes (event {sim.peak_stage}, node {sim.peak_node})")
+    if result.lower_bound is not None and result.lower_bound > sim.total_cost * (1 + 1e-6) + 1e-9:
+        raise ScheduleVerificationError(
+            f"method {result.method!r} claims lower bound {result.lower_bound} above its own cost {sim.total_cost}")
+    result.objective = sim.total_cost
+    result.peak_memory_bytes = sim.peak_memory_bytes
+    result.stats.setdefault("recomputations", int(sim.compute_counts.sum()) - graph.n)
+
+
 def verify_result(graph: Graph, result: RematResult) -> RematResult:
     """Re-simulate ``result.schedule`` and fill ``objective`` and ``peak_memory_bytes``.
 
@@ -209,6 +230,10 @@ def verify_result(graph: Graph, result: RematResult) -> RematResult:
         (:data:`DEFAULT_OPTIMAL_GAP` when absent).
     """
     budget = result.budget_bytes
+    if result.sequence is not None:
+        _verify_sequence(graph, result)
+        if result.schedule is None:
+            return result
     if result.schedule is None:
         if result.status in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
             raise ScheduleVerificationError(
@@ -229,6 +254,9 @@ def verify_result(graph: Graph, result: RematResult) -> RematResult:
             f"method {result.method!r} returned a schedule whose simulated peak {sim.peak_memory_bytes} bytes "
             f"exceeds the budget {budget} bytes (stage {sim.peak_stage}, node {sim.peak_node})"
         )
+    if result.sequence is not None:   # the sequence is the run; the stage form is another plan within budget
+        result.stats["schedule_cost"] = sim.total_cost
+        return result
     if result.objective is not None and abs(result.objective - sim.total_cost) > 1e-6 * max(1.0, abs(sim.total_cost)):
         log.debug("method %s claimed cost %s; simulated %s", result.method, result.objective, sim.total_cost)
         result.stats["solver_objective"] = result.objective

@@ -127,8 +127,9 @@ class _WarmStart:
         self.lp_bound: float | None = None
 
     def offer(self, res: RematResult, name: str) -> None:
-        if res.success and (self.cost is None or res.objective < self.cost):
-            self.schedule, self.method, self.cost = res.schedule, name, res.objective
+        cost = res.stats.get("schedule_cost", res.objective)   # a result with a sequence: its stage form's cost
+        if res.success and res.schedule is not None and (self.cost is None or cost < self.cost):
+            self.schedule, self.method, self.cost = res.schedule, name, cost
         if name == "lp-rounding" and res.lower_bound is not None:
             self.lp_bound = res.lower_bound   # the strong LP relaxation at the full budget
 

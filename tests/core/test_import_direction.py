@@ -25,6 +25,7 @@ LAYERS = [
     {"schedule", "chain", "zoo"},
     {"simulate"},
     {"plan", "units", "formulation", "bounds", "sequence"},
+    {"order"},
     {"solvers"},
     {"batch", "sweep", "plot", "cli", "__init__", "host"},
 ]

@@ -23,7 +23,7 @@ def _stage_peaks(graph, schedule):
 @pytest.mark.parametrize("heuristic", ["msps", "h_dtr_eq", "h_dtr"])
 def test_trim_keeps_same_cost_no_more_memory_in_any_stage(seed, heuristic):
     g = random_training_graph(16, seed=seed)
-    res = solve(g, resolve_budget(g, 0.5), method="dtr", heuristic=heuristic)
+    res = solve(g, resolve_budget(g, 0.5), method="dtr", heuristic=heuristic, order="stages")
     assert res.success
     trimmed = trim_keeps(g, res.schedule)
     sim0, peaks0 = _stage_peaks(g, res.schedule)
@@ -43,7 +43,7 @@ def test_polish_uses_room_of_unread_keeps():
     # without trimming, no gap of this DTR schedule fits next to the memory its unread keeps hold
     g = random_training_graph(16, seed=0)
     budget = resolve_budget(g, 0.5)
-    res = solve(g, budget, method="dtr", heuristic="msps")
+    res = solve(g, budget, method="dtr", heuristic="msps", order="stages")
     better = polish(g, res.schedule, budget)
     sim = simulate(g, better)
     assert sim.peak_memory_bytes <= budget
@@ -55,7 +55,7 @@ def test_polish_uses_room_of_unread_keeps():
 def test_polish_never_worse_and_within_budget(seed, fraction):
     g = random_training_graph(12, seed=seed)
     budget = resolve_budget(g, fraction)
-    res = solve(g, budget, method="dtr", heuristic="h_dtr_eq")
+    res = solve(g, budget, method="dtr", heuristic="h_dtr_eq", order="stages")
     if not res.success:
         return
     out = polish(g, res.schedule, budget)
@@ -68,7 +68,7 @@ def test_polish_never_worse_and_within_budget(seed, fraction):
 
 def test_polish_over_budget_input_returned_unchanged():
     g = random_training_graph(10, seed=1)
-    res = solve(g, resolve_budget(g, 0.5), method="dtr", heuristic="msps")
+    res = solve(g, resolve_budget(g, 0.5), method="dtr", heuristic="msps", order="stages")
     assert polish(g, res.schedule, g.fixed_bytes) is res.schedule
 
 
@@ -85,7 +85,7 @@ def test_polish_dtr_large_graphs_at_half_the_peak(name, most):
         pytest.skip(f"{path} not present")
     g = load_dtr_dag(path)
     budget = int(g.fixed_bytes + 0.5 * (checkpoint_all_peak_bytes(g) - g.fixed_bytes))
-    res = solve(g, budget, method="dtr", heuristic="msps")
+    res = solve(g, budget, method="dtr", heuristic="msps", order="stages")
     out = simulate(g, polish(g, res.schedule, budget))
     assert out.peak_memory_bytes <= budget
     assert out.total_cost / float(np.sum(g.cost)) <= most
@@ -97,7 +97,8 @@ def test_solve_dtr_keep_dead_option_picks_the_freeing_rule():
     g = random_training_graph(16, seed=2)
     budget = resolve_budget(g, 0.5)
     for keep_dead in (False, True):
-        res = solve(g, budget, method="dtr", heuristic="msps", keep_dead=keep_dead, find_min_budget=False)
+        res = solve(g, budget, method="dtr", heuristic="msps", keep_dead=keep_dead, find_min_budget=False,
+                    order="stages")
         run = dtr_run(g, budget, "msps", keep_dead=keep_dead)
         assert res.success == run["ok"] and res.stats["keep_dead"] is keep_dead
         if res.success:
@@ -116,7 +117,7 @@ def test_auto_large_path_offers_and_polishes_keep_dead_runs(seed):
     assert res.stats["path"] == "large"
     assert res.stats["tried"]["dtr(msps, keep_dead)"]["status"] != "skipped"
     assert "dtr(msps, keep_dead)" in res.stats["tried"]
-    kd = [solve(g, budget, method="dtr", heuristic=h, keep_dead=True, find_min_budget=False)
+    kd = [solve(g, budget, method="dtr", heuristic=h, keep_dead=True, find_min_budget=False, order="stages")
           for h in HEURISTICS if h != "random"]
     found = [r.objective for r in kd if r.success]
     assert found and res.success and res.peak_memory_bytes <= budget

@@ -174,7 +174,7 @@ def test_polish_improves_a_schedule_and_keeps_it_within_budget():
 
     g = _dtr("TreeLSTM_D.6")
     budget = resolve_budget(g, 0.5)
-    start = solve(g, budget, method="dtr")
+    start = solve(g, budget, method="dtr", order="stages")
     if not start.success:
         pytest.skip("dtr finds no schedule here")
     better = polish(g, start.schedule, budget, rounds=1)
@@ -217,7 +217,7 @@ def test_auto_finds_a_schedule_at_the_smallest_budget_any_dtr_heuristic_reaches(
     found = []
     for h in HEURISTICS:
         if h != "random":
-            r = solve(g, g.min_budget_lower_bound_bytes(), method="dtr", heuristic=h)
+            r = solve(g, g.min_budget_lower_bound_bytes(), method="dtr", heuristic=h, order="stages")
             found.append(r.peak_memory_bytes if r.success else r.stats.get("method_min_budget_bytes"))
     budget = int(min(x for x in found if x is not None))
     before = _leftovers()

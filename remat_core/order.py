@@ -1,0 +1,204 @@
+"""Execution orders: which topological order a graph's operators run in, and what that order costs in memory.
+
+A :class:`~remat_core.Graph` is numbered in *a* topological order, not
+necessarily the one its operators ran in: a converter's set iteration can give
+a depth-first numbering in which values wait long before anything reads them
+(the DTR authors' LSTM recording: 2.7 GB waiting at once against 0.1 GB in the
+order it ran). Planning in such an order pays for the numbering, not for the
+model. This room holds:
+
+* :func:`liveness_peak_bytes` -- the peak of running every node once in an
+  order, each value freed after its last reader in that order (the
+  checkpoint-all peak of that order);
+* :func:`order_sequence` -- that run as an :class:`~remat_core.sequence.OpSequence`
+  (an order expressed as a sequence, judged by
+  :func:`~remat_core.sequence.simulate_sequence`);
+* :func:`memory_aware_order` -- a topological order chosen for memory: a list
+  schedule that runs next the ready node that brings a reader closest to
+  running, preferring the readers of what was just computed (it recovers an
+  execution-like order from a depth-first numbering);
+* :func:`candidate_orders` -- the orders a planner should try: the given one
+  and the memory-aware one when it differs.
+
+Imports: numpy, and the core's graph and sequence types only.
+
+Examples
+--------
+>>> from remat_core.zoo import linear_graph
+>>> g = linear_graph(4)
+>>> order = memory_aware_order(g)
+>>> sorted(order.tolist()) == list(range(g.n))
+True
+>>> liveness_peak_bytes(g, order) == liveness_peak_bytes(g, range(g.n))   # a chain has one order
+True
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Iterable
+
+import numpy as np
+
+from .graph import Graph
+from .sequence import COMPUTE, FREE, OpSequence
+
+__all__ = ["check_order", "liveness_peak_bytes", "order_sequence", "memory_aware_order", "candidate_orders"]
+
+
+def check_order(graph: Graph, order: Iterable[int]) -> np.ndarray:
+    """``order`` as an int64 array after checking it is a topological order of ``graph``'s nodes.
+
+    Raises
+    ------
+    ValueError
+        Naming ``order``: not a permutation of ``0..n-1``, or a node placed
+        before one of its inputs.
+    """
+    arr = np.asarray(list(order) if not isinstance(order, np.ndarray) else order)
+    n = graph.n
+    if arr.ndim != 1 or arr.size != n or (n and (arr.dtype.kind not in "iu" or
+                                                 not np.array_equal(np.sort(arr), np.arange(n)))):
+        raise ValueError(f"`order` must be a permutation of the graph's {n} node indices; got {arr[:8]!r}...")
+    arr = arr.astype(np.int64)
+    pos = np.empty(n, dtype=np.int64)
+    pos[arr] = np.arange(n)
+    dep_ptr, dep_idx = graph.csr[0], graph.csr[1]
+    if dep_idx.size:
+        reader = np.repeat(np.arange(n), np.diff(dep_ptr))
+        bad = np.flatnonzero(pos[dep_idx] >= pos[reader])
+        if bad.size:
+            e = int(bad[0])
+            raise ValueError(f"`order` is not topological: node {int(reader[e])} ({graph.names[int(reader[e])]!r}) "
+                             f"comes before its input {int(dep_idx[e])}")
+    return arr
+
+
+def _last_reader_positions(graph: Graph, pos: np.ndarray) -> np.ndarray:
+    """For each value, the position (in the order) of its last reader; its own position when nothing reads it."""
+    user_ptr, user_idx = graph.csr[2], graph.csr[3]
+    last = pos.copy()
+    if user_idx.size:
+        owner = np.repeat(np.arange(graph.n), np.diff(user_ptr))
+        np.maximum.at(last, owner, pos[user_idx])
+    return last
+
+
+def order_sequence(graph: Graph, order: Iterable[int]) -> OpSequence:
+    """Every node once, in ``order``; each value freed right after its last reader (a sink right after it runs).
+
+    The frees follow the compute that makes them possible, so the instant of
+    a computation counts its inputs, as :func:`remat_core.simulate` does.
+    """
+    arr = check_order(graph, order)
+    pos = np.empty(graph.n, dtype=np.int64)
+    pos[arr] = np.arange(graph.n)
+    last = _last_reader_positions(graph, pos)
+    dep_ptr, dep_idx = graph.csr[0], graph.csr[1]
+    kinds: list[int] = []
+    nodes: list[int] = []
+    for p, k in enumerate(arr.tolist()):
+        kinds.append(COMPUTE)
+        nodes.append(k)
+        for i in dep_idx[dep_ptr[k]:dep_ptr[k + 1]].tolist():
+            if last[i] == p:
+                kinds.append(FREE)
+                nodes.append(i)
+        if last[k] == p:
+            kinds.append(FREE)
+            nodes.append(k)
+    return OpSequence(np.asarray(kinds, dtype=np.int8), np.asarray(nodes, dtype=np.int64))
+
+
+def liveness_peak_bytes(graph: Graph, order: Iterable[int]) -> int:
+    """Peak of :func:`order_sequence` (fixed bytes and workspace included), without building it."""
+    arr = check_order(graph, order)
+    n = graph.n
+    pos = np.empty(n, dtype=np.int64)
+    pos[arr] = np.arange(n)
+    last = _last_reader_positions(graph, pos)
+    mem = graph.memory_bytes
+    # bytes allocated at each position, bytes freed after it
+    freed = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(freed, last, mem)
+    alloc = mem[arr]
+    running = np.cumsum(alloc) - np.concatenate(([0], np.cumsum(freed[:n])[:-1]))
+    inst = running + graph.workspace_bytes[arr]
+    return int(graph.fixed_bytes + (inst.max() if n else 0))
+
+
+def memory_aware_order(graph: Graph) -> np.ndarray:
+    """A topological order chosen for memory (a greedy list schedule).
+
+    Among the ready nodes (every input computed), run next the one that
+    brings a reader closest to running: the smallest number of inputs still
+    missing of any of its readers (a sink counts 0). Ties go to the node
+    whose newest input was computed most recently (the readers of what was
+    just produced run first, as an eager program does), then to the smallest
+    net allocation (``memory_bytes[k]`` minus the bytes of the inputs whose
+    last pending reader it is), then to the smallest index. Values are thus
+    produced when something is about to read them, not long before, which is
+    what a depth-first numbering gets wrong. Keys only fall as nodes run, so
+    the ready set is a heap re-keyed lazily.
+
+    Returns
+    -------
+    numpy.ndarray
+        The order (int64, a permutation of ``0..n-1``).
+    """
+    n = graph.n
+    dep_ptr, dep_idx, user_ptr, user_idx = graph.csr
+    mem = graph.memory_bytes.tolist()
+    inputs = [sorted(set(dep_idx[dep_ptr[k]:dep_ptr[k + 1]].tolist())) for k in range(n)]
+    readers = [sorted(set(user_idx[user_ptr[k]:user_ptr[k + 1]].tolist())) for k in range(n)]
+    waiting = [len(ins) for ins in inputs]               # inputs not computed yet
+    pending = [len(rs) for rs in readers]                # readers not run yet
+    when = [-1] * n                                      # position at which each value was computed
+    done = [False] * n
+    order: list[int] = []
+
+    def key(k: int) -> tuple[int, int, int, int]:
+        close = min((waiting[j] for j in readers[k]), default=0)
+        newest = max((when[i] for i in inputs[k]), default=-1)
+        net = mem[k] - sum(mem[i] for i in inputs[k] if pending[i] == 1)
+        return (close, -newest, net, k)
+
+    heap = [key(k) for k in range(n) if waiting[k] == 0]
+    heapq.heapify(heap)
+    while heap:
+        entry = heapq.heappop(heap)
+        k = entry[-1]
+        if done[k]:
+            continue
+        fresh = key(k)
+        if fresh != entry:                               # a stale key: queue the current one
+            heapq.heappush(heap, fresh)
+            continue
+        done[k] = True
+        when[k] = len(order)
+        order.append(k)
+        touched = set()
+        for i in inputs[k]:
+            pending[i] -= 1
+            if pending[i] == 1:                          # its last pending reader now frees it
+                touched.update(readers[i])
+        for j in readers[k]:
+            waiting[j] -= 1
+            touched.update(inputs[j])                    # a reader came closer: its other inputs' keys fell
+            if waiting[j] == 0:
+                touched.add(j)
+        for r in touched:
+            if not done[r] and waiting[r] == 0:
+                heapq.heappush(heap, key(r))
+    return np.asarray(order, dtype=np.int64)
+
+
+def candidate_orders(graph: Graph) -> dict[str, np.ndarray]:
+    """The orders worth planning in: ``"given"`` (the graph's numbering) and ``"memory-aware"``
+    (:func:`memory_aware_order`) when it differs from the given one."""
+    given = np.arange(graph.n, dtype=np.int64)
+    out = {"given": given}
+    aware = memory_aware_order(graph)
+    if not np.array_equal(aware, given):
+        out["memory-aware"] = aware
+    return out
