@@ -534,11 +534,11 @@ def render(results: dict, args, wall_s: float, command: str, machine: str) -> st
     sizes = "; ".join(f"{n} {r['size']['layers']} layers, width {r['size']['hidden']}, batch {r['size']['batch']} x "
                       f"{r['size']['seq']}" for n, r in results.items())
     return "\n".join([
-        "## torch-models",
+        f"## torch-models{_suffix(args.device, '-')}" + (f" ({args.device_name})" if args.device == "cuda" else ""),
         "",
         f"Command: `{command}`  ",
         f"Machine: {machine}; {args.threads} intra-op thread(s), device {args.device}; run time "
-        f"{wall_s:.0f} s. The 2 cores were shared with other jobs: the load average (1 min) at the start and end "
+        f"{wall_s:.0f} s. The machine was shared with other jobs: the load average (1 min) at the start and end "
         "of each model is in the last table. Compare ratios within a model, measured in this one run.",
         "",
         f"Models (`benchmarks/_hf_models.py`, random weights, own loss, eager attention, dropout "
@@ -565,7 +565,7 @@ def render(results: dict, args, wall_s: float, command: str, machine: str) -> st
         _report.table(["model", "peer", "its peak MiB", "its step / eager", "our fastest at or below",
                        "our peak MiB", "our step / eager", "goal"], eq),
         "",
-        "![measured peak vs step time](results/torch_models.png)",
+        f"![measured peak vs step time](results/torch_models{_suffix(args.device, '_')}.png)",
     ])
 
 
@@ -591,6 +591,11 @@ def plot(results: dict, path: str):
         for r in ran:
             if r["kind"] == "eager":
                 ax.plot([r["peak"] / MiB], [1.0], "k*", ms=10, label="eager")
+            else:  # the setting beside its point: a budget, "min" (our smallest found), "/n" (HF every n layers)
+                tag = ("min" if r.get("smallest_found") else f"/{r['budget']}" if r["kind"] == "hf"
+                       else f"{r['budget']:g}")
+                ax.annotate(tag, (r["peak"] / MiB, r["overhead_eager"]), fontsize=7, xytext=(4, 3),
+                            textcoords="offset points", color=style[r["method"]][1])
         ax.set_title(name)
         ax.set_xlabel("measured peak (MiB)")
         ax.set_ylabel("step time / eager")
@@ -601,6 +606,11 @@ def plot(results: dict, path: str):
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _suffix(device: str, sep: str) -> str:
+    """Names of a CUDA run's README section and files (beside the CPU ones, not over them)."""
+    return f"{sep}cuda" if device == "cuda" else ""
 
 
 def _floats(s: str) -> list:
@@ -654,9 +664,13 @@ def parse_args(argv=None):
     args.fractions, args.compile_budgets = _floats(args.fractions), _floats(args.compile_budgets)
     args.ours_compiled_budgets = _floats(args.ours_compiled_budgets)
     args.hf_every = [int(n) for n in args.hf_every.split(",") if n]
+    args.device_name = None
     if args.device == "cuda":
         if not torch.cuda.is_available():
             ap.error("--device cuda: no CUDA device is available")
+        args.device_name = torch.cuda.get_device_name()
+    elif args.device != "cpu":
+        ap.error(f"--device: cpu or cuda; got {args.device!r}")
     return args
 
 
@@ -672,10 +686,11 @@ def main(argv=None):
             with open(path) as f:
                 runs.append(json.load(f))
         results = {k: v for run in runs for k, v in run["results"].items()}
-        plot(results, os.path.join(_report.RESULTS, "torch_models.png"))
+        dev = runs[0]["args"]["device"]
+        plot(results, os.path.join(_report.RESULTS, f"torch_models{_suffix(dev, '_')}.png"))
         md = render(results, argparse.Namespace(**runs[0]["args"]), max(r.get("wall_s", 0.0) for r in runs),
                     "` and, at the same time, `".join(r["command"] for r in runs), runs[0]["machine"])
-        _report.write_section("torch-models", md)
+        _report.write_section(f"torch-models{_suffix(dev, '-')}", md)
         print(md)
         return 0
     started = time.perf_counter()
@@ -694,7 +709,7 @@ def main(argv=None):
         for name in args.models:
             log(f"{name}: load average {os.getloadavg()[0]:.1f}")
             results[name] = run_model(name, args, workers, log)
-            _report.save_json("torch_models", {"machine": _report.machine_line(), "command": _report.command_line(),
+            _report.save_json(f"torch_models{_suffix(args.device, '_')}", {"machine": _report.machine_line(), "command": _report.command_line(),
                                                "args": vars(args), "results": results,
                                                "wall_s": time.perf_counter() - started}, folder=out)
     except KeyboardInterrupt:
@@ -703,11 +718,11 @@ def main(argv=None):
     finally:
         workers.close()
     wall = time.perf_counter() - started
-    png = os.path.join(out, "torch_models.png")
+    png = os.path.join(out, f"torch_models{_suffix(args.device, '_')}.png")
     plot(results, png)
     md = render(results, args, wall, _report.command_line(), _report.machine_line())
     if not args.quick and not args.no_readme and not args.out:
-        _report.write_section("torch-models", md)
+        _report.write_section(f"torch-models{_suffix(args.device, '-')}", md)
     print(md)
     log(f"done; plot {png}")
     return 0
