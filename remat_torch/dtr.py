@@ -118,7 +118,7 @@ class _Value:
     """One tensor value the runtime manages: its data (or ``None`` when evicted) and how to recompute it."""
 
     __slots__ = ("tensor", "func", "args", "kwargs", "index", "siblings", "rng_state", "cost_s", "nbytes",
-                 "base", "views", "last_access", "pins", "wrappers", "refs", "unevictable", "stuck", "versions",
+                 "base", "views", "last_access", "pins", "wrappers", "refs", "unevictable", "stuck", "readers", "versions",
                  "scratch", "parents_", "__weakref__")
 
     def __init__(self, func: Callable | None, args: Any, kwargs: Any, index: int, rng_state: Any, cost_s: list,
@@ -136,9 +136,10 @@ class _Value:
         self.wrappers = 0            # live DTRTensor objects pointing at this value
         self.refs: list[weakref.ref] = []   # weak references to those wrappers (retargeted by in-place writes)
         self.unevictable = func is None   # no recipe: its data cannot be recomputed
-        # it cannot be recomputed: no recipe, or its recipe reads such a value (which may be freed once no tensor
-        # refers to it). Never evicted; what is computed from it is stuck too, so freeing it is safe
+        # no recipe (written by an operator that cannot be replayed, a collective among them): never evicted, and
+        # its data kept while a value whose recipe reads it lives (``readers``), so that one stays recomputable
         self.stuck = func is None
+        self.readers: list | None = None
         self.versions: tuple = ()    # (tensor, version) of the plain tensors its recipe reads
         self.scratch = 0             # bytes its operator allocates and frees while it runs (measured)
         self.parents_: list | None = None
@@ -157,6 +158,17 @@ def _add_view(owner: _Value, v: _Value) -> None:
     if owner.views is _NO_VIEWS:
         owner.views = weakref.WeakSet()
     owner.views.add(v)
+
+
+def _note_readers(made: list, read: list) -> None:
+    """Values ``made`` by recipes that read ``read``: each value there that cannot be recomputed keeps its data
+    while one of them lives."""
+    for p in read:
+        o = p.base or p
+        if o.stuck:
+            if o.readers is None:
+                o.readers = []
+            o.readers.extend(weakref.ref(v) for v in made)
 
 
 class _Cell:
@@ -348,7 +360,8 @@ class DTRRuntime:
         can still be recomputed for a value computed from it)."""
         owner = v.base or v
         if owner.tensor is not None and owner.wrappers == 0 and owner.pins == 0 \
-                and not (owner.views is not _NO_VIEWS and any(w.wrappers or w.pins for w in owner.views)):
+                and not (owner.views is not _NO_VIEWS and any(w.wrappers or w.pins for w in owner.views)) \
+                and not (owner.readers and any(r() is not None for r in owner.readers)):
             self._drop(owner)
 
     def _lowest_score(self, candidates: list) -> "_Value | None":
@@ -598,7 +611,8 @@ class DTRRuntime:
                 self._pin(v, -1)
         self.stats["operators"] += 1
         return self._wrap_outputs(func, vargs, vkwargs, out, rng_state, _smoothed_cost(key, cost), info.schema,
-                                  args, info.written, key, bool(plain), any(v.stuck for v in in_values))
+                                  args, info.written, key, bool(plain),
+                                  [v for v in in_values if v.stuck or (v.base is not None and v.base.stuck)])
 
     def _before_plain_write(self, tensors: list) -> None:
         """An operator is about to write into a tensor that is not the runtime's and that recipes read (an
@@ -652,8 +666,7 @@ class DTRRuntime:
                 if g is None:
                     self.materialize(w)
         fn = None
-        stuck = any(t._v.stuck for t in _flat(args, kwargs) if type(t) is DTRTensor)
-        if single and not stuck:   # the replay reads the old value and the other arguments: all recomputable
+        if single and not any((t._v.base or t._v).stuck for t in targets):   # the replay reads the old value
             tv, old = args[pos]._v, next(iter(owners.values()))
             if tv.base is None:
                 fn = _InplaceReplay(func, pos)
@@ -670,6 +683,7 @@ class DTRRuntime:
                 fargs = tuple(old if i == pos else a for i, a in enumerate(vargs))
                 new = _Value(fn, fargs, vkwargs, 0, rng_state, cost, None)
                 new.versions = versions
+                _note_readers([new], [t._v for t in _flat(args, kwargs) if type(t) is DTRTensor])
             else:
                 new = _Value(None, None, None, 0, None, cost, None)
             new.nbytes, new.last_access, new.tensor = old.nbytes, self.clock, old.tensor
@@ -687,7 +701,6 @@ class DTRRuntime:
                 else:
                     nv = _Value(_AsStrided(*g), (new,), {}, 0, None, [1, 0.0], new)
                     nv.tensor = nv.func(new.tensor)
-                    nv.stuck = new.stuck
                 nv.last_access = self.clock
                 _add_view(new, nv)
                 self._move_wrappers(w, nv)
@@ -741,7 +754,7 @@ class DTRRuntime:
         return self.materialize(a._v) if isinstance(a, DTRTensor) else a
 
     def _wrap_outputs(self, func, vargs, vkwargs, out, rng_state, cost, schema, args, written, key=None,
-                      reads_plain: bool = True, stuck: bool = False) -> Any:
+                      reads_plain: bool = True, stuck_in: list = ()) -> Any:
         outs = out if isinstance(out, (tuple, list)) else (out,)
         scratch = _SCRATCH.get(key, 0) if key is not None else 0
         self.stats["compute_s"] += cost[1]
@@ -764,8 +777,6 @@ class DTRRuntime:
                 versions = self._versions(vargs, vkwargs, written)
             owner = None if base_wrapper is None else (base_wrapper._v.base or base_wrapper._v)
             v = _Value(func, vargs, vkwargs, idx, rng_state, cost, owner)
-            if stuck or (owner is not None and owner.stuck):   # computed from a value that cannot be recomputed
-                v.stuck = v.unevictable = True
             v.versions = versions
             v.scratch = scratch
             v.tensor = o
@@ -780,6 +791,8 @@ class DTRRuntime:
         if len(made) > 1:
             for v in made:
                 v.siblings = [weakref.ref(s) for s in made if s is not v]
+        if stuck_in:
+            _note_readers(made, stuck_in)
         if isinstance(out, tuple):
             return tuple(wrapped)
         if isinstance(out, list):
