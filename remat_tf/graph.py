@@ -58,8 +58,9 @@ log = logging.getLogger(__name__)
 COST_MODELS = ("flops", "profile", "unit")
 # op types whose outputs are weights, constants or model inputs: fixed memory, never residuals
 _FIXED_OPS = {"ReadVariableOp", "Const", "Placeholder", "VarHandleOp", "Identity"}
-# Scratch buffers TensorFlow's CPU kernels allocate beyond their outputs (measured with the BFC allocator's
-# statistics, TensorFlow 2.21): the convolution backprops take a working buffer of up to 32 MiB each.
+# Scratch buffers TensorFlow's Eigen CPU kernels allocate beyond their outputs (measured with the allocator's
+# statistics, TensorFlow 2.21): the convolution backprops take a working buffer of up to 32 MiB each. Used only
+# where scratch cannot be measured (remat_tf.memory): an upper bound, far above oneDNN's float32 kernels.
 CPU_KERNEL_SCRATCH_BYTES = {"Conv2DBackpropInput": 32 << 20, "Conv2DBackpropFilter": 32 << 20}
 
 
@@ -324,9 +325,11 @@ def extract_graph(model: Any, example_inputs: Any, example_targets: Any, loss: A
         wall-clock seconds (``warmup`` untimed then the median of ``repeats``
         timed runs per node), or 1 per node.
     kernel_scratch : "auto" or dict
-        Scratch bytes per TensorFlow op type counted in the workspace of the
-        node running it; ``"auto"``: :data:`CPU_KERNEL_SCRATCH_BYTES` without
-        a GPU, none with one (cuDNN's workspaces are not modelled).
+        Scratch bytes of the kernels, counted in the workspace of the node
+        running them. ``"auto"``: measured per op signature on the device in
+        use (``remat_tf.memory.measure_scratch``); where the allocator
+        keeps no statistics, :data:`CPU_KERNEL_SCRATCH_BYTES` on CPU and none
+        on a GPU. A dict gives bytes per TensorFlow op type instead.
 
     Returns
     -------
@@ -371,11 +374,9 @@ def extract_graph(model: Any, example_inputs: Any, example_targets: Any, loss: A
         input_specs=[(tuple(x.shape), x.dtype) for x in xs], target_specs=[(tuple(y.shape), y.dtype) for y in ys],
         loss_spec=loss,
     )
-    if kernel_scratch == "auto":
-        import tensorflow as tf
-
-        kernel_scratch = {} if tf.config.list_logical_devices("GPU") else CPU_KERNEL_SCRATCH_BYTES
-    sizes = _measure_sizes(eg, xs, ys, dict(kernel_scratch or {}))
+    if not (kernel_scratch == "auto" or kernel_scratch is None or isinstance(kernel_scratch, dict)):
+        raise ValueError(f"`kernel_scratch` must be 'auto' or a dict of bytes per op type; got {kernel_scratch!r}")
+    sizes = _measure_sizes(eg, xs, ys, kernel_scratch)
     if cost_model == "flops":
         cost = _flop_costs(eg)
     elif cost_model == "profile":
@@ -419,7 +420,22 @@ def loss_object(loss: Any) -> Any:
     return LossFunctionWrapper(fn, name=getattr(fn, "__name__", None))
 
 
-def _measure_sizes(eg: ExtractedGraph, xs: list, ys: list, scratch: dict) -> dict[str, np.ndarray]:
+def _scratch_of(ops: list, kernel_scratch: Any) -> dict[str, int]:
+    """Scratch bytes per op name: measured (``"auto"``, see :mod:`remat_tf.memory`) or from a per-type dict."""
+    import tensorflow as tf
+
+    from .memory import measure_scratch
+
+    if kernel_scratch == "auto":
+        measured = measure_scratch(ops)
+        if measured is not None:
+            return measured
+        kernel_scratch = {} if tf.config.list_logical_devices("GPU") else CPU_KERNEL_SCRATCH_BYTES
+    per_type = dict(kernel_scratch or {})
+    return {op.name: int(per_type[op.type]) for op in ops if op.type in per_type}
+
+
+def _measure_sizes(eg: ExtractedGraph, xs: list, ys: list, kernel_scratch: Any) -> dict[str, np.ndarray]:
     """Trace the checkpoint-all program once (no compute) and size every node from its ops."""
     import tensorflow as tf
 
@@ -472,6 +488,7 @@ def _measure_sizes(eg: ExtractedGraph, xs: list, ys: list, scratch: dict) -> dic
                     residual_names.add(t.name)
                     residual[c] += _nbytes(t.shape, t.dtype)
     kept = {t for v in value_names.values() for t in v} | fixed_names | residual_names
+    scratch = _scratch_of(ops, kernel_scratch)
     for k, (start, stop) in ranges.items():
         created[k] = _transient_peak(ops[start:stop], kept, scratch)
     for c in range(eg.n_forward):
@@ -491,8 +508,9 @@ def _transient_peak(ops: list, kept: set, scratch: dict) -> int:
     A tensor created by one of ``ops`` is live from its op until the last of
     ``ops`` that reads it; tensors named in ``kept`` (node values, residuals,
     weight gradients: counted elsewhere) and fixed ones are left out. An op
-    whose type is in ``scratch`` adds that many bytes until the end (the
-    runtime may run a node's kernels concurrently).
+    named in ``scratch`` adds that many bytes while it runs (a kernel's
+    working buffer is freed when it returns; measured: two 32 MiB backprops
+    of one node did not overlap).
     """
     import tensorflow as tf
 
@@ -503,14 +521,13 @@ def _transient_peak(ops: list, kept: set, scratch: dict) -> int:
     live: dict[str, int] = {}
     current = peak = 0
     for i, op in enumerate(ops):
-        current += scratch.get(op.type, 0)
         if op.type not in _FIXED_OPS:
             for t in op.outputs:
                 if t.name not in kept and t.dtype != tf.resource:
                     nb = _nbytes(t.shape, t.dtype)
                     live[t.name] = nb
                     current += nb
-        peak = max(peak, current)
+        peak = max(peak, current + scratch.get(op.name, 0))
         for name in [n for n in live if last.get(n, i) <= i]:
             current -= live.pop(name)
     return int(peak)

@@ -1,0 +1,179 @@
+"""Measured kernel scratch: bytes a TensorFlow kernel allocates beyond its inputs and outputs.
+
+Some kernels take working buffers that no tensor of the graph shows: on CPU,
+TensorFlow's Eigen convolution backprops (float64, or any dtype without
+oneDNN) take up to 32 MiB each whatever the batch, while the oneDNN kernels
+(float32 with oneDNN on, the default) take almost none; on a GPU, cuDNN picks
+a workspace per algorithm. A fixed allowance is wrong in one case or the
+other, so :func:`measure_scratch` measures it: each op of a kernel family in
+:data:`SCRATCH_OP_TYPES` is rebuilt alone in a ``tf.function`` (same type,
+attributes, input shapes and dtypes; integer inputs such as a backprop's
+``input_sizes`` get their static values) and run on zeros on the device in
+use; its scratch is the allocator's peak during the run minus the bytes in use
+before it and minus its outputs (``tf.config.experimental.get_memory_info``,
+the maximum over ``repeats`` runs: a kernel that shards over threads may take
+one buffer per thread). Results are cached per op signature for the process,
+so a model with many identical convolutions measures each shape once.
+
+When the allocator keeps no statistics (CPU with oneDNN off, which TensorFlow
+refuses with a ValueError) nothing can be measured; :func:`measure_scratch`
+then returns ``None`` and the caller falls back to
+:data:`remat_tf.graph.CPU_KERNEL_SCRATCH_BYTES` (the Eigen kernels' upper bound).
+
+This module imports TensorFlow only; :mod:`remat_tf.graph` uses it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+__all__ = ["SCRATCH_OP_TYPES", "stats_device", "measure_scratch", "clear_cache"]
+
+log = logging.getLogger(__name__)
+
+# kernel families that allocate working buffers beyond their outputs (convolutions, their backprops, batch
+# norm's gradient, matrix products); every other op's memory is its outputs, which the graph counts already
+SCRATCH_OP_TYPES = frozenset({
+    "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "Conv3D", "Conv3DBackpropInputV2",
+    "Conv3DBackpropFilterV2", "DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropInput",
+    "DepthwiseConv2dNativeBackpropFilter", "FusedBatchNormV3", "FusedBatchNormGradV3", "MatMul", "BatchMatMulV2",
+    "BatchMatMulV3", "Einsum", "MaxPoolGrad", "AvgPoolGrad", "Conv", "Conv2DBackpropInputV2",
+})
+
+_cache: dict[tuple, int] = {}
+_device_ok: dict[str, bool] = {}
+
+
+def clear_cache() -> None:
+    """Forget every measurement (they are kept for the process otherwise)."""
+    _cache.clear()
+    _device_ok.clear()
+
+
+def stats_device() -> str | None:
+    """The device whose allocator statistics can be read (``"GPU:0"`` or ``"CPU:0"``), or ``None``."""
+    import tensorflow as tf
+
+    device = "GPU:0" if tf.config.list_logical_devices("GPU") else "CPU:0"
+    if device not in _device_ok:
+        try:
+            tf.config.experimental.reset_memory_stats(device)
+            tf.config.experimental.get_memory_info(device)
+            _device_ok[device] = True
+        except (ValueError, RuntimeError, NotImplementedError) as exc:
+            log.info("allocator statistics unavailable on %s (%s): kernel scratch is not measured", device, exc)
+            _device_ok[device] = False
+    return device if _device_ok[device] else None
+
+
+def _static_value(t: Any) -> tuple | None:
+    """The value of an integer tensor known while tracing (a constant, or the shape of a fully known tensor)."""
+    import tensorflow as tf
+
+    if t.op.type in ("Shape", "ShapeN"):
+        source = t.op.inputs[t.value_index]
+        return tuple(source.shape.as_list()) if source.shape.is_fully_defined() else None
+    value = tf.get_static_value(t)
+    return None if value is None else tuple(value.ravel().tolist())
+
+
+def _signature(op: Any) -> tuple | None:
+    """What decides an op's scratch: its type, attributes and input shapes, dtypes and static values."""
+    import tensorflow as tf
+
+    parts = []
+    for t in op.inputs:
+        if t.dtype == tf.resource or not t.shape.is_fully_defined():
+            return None
+        static = None
+        if t.dtype.is_integer:
+            static = _static_value(t)
+            if static is None:
+                return None
+        parts.append((tuple(t.shape.as_list()), t.dtype.name, static))
+    attrs = tuple(sorted((k, v.SerializeToString()) for k, v in op.node_def.attr.items() if not k.startswith("_")))
+    return op.type, tuple(parts), attrs
+
+
+def _rebuilt(op: Any, signature: tuple):
+    """A concrete function running ``op`` alone: its float inputs are arguments, its integer inputs constants."""
+    import tensorflow as tf
+
+    _, parts, _ = signature
+    attrs = {k: v for k, v in op.node_def.attr.items() if not k.startswith("_")}
+    specs = [tf.TensorSpec(shape, dtype) for shape, dtype, static in parts if static is None]
+
+    def fn(*args):
+        it = iter(args)
+        inputs = [next(it) if static is None else tf.constant(list(static) if len(shape) else static[0],
+                                                              dtype=dtype, shape=shape)
+                  for shape, dtype, static in parts]
+        graph = tf.compat.v1.get_default_graph()
+        new = graph._create_op_internal(op.type, inputs, [o.dtype for o in op.outputs], attrs=attrs)
+        return list(new.outputs)
+
+    return tf.function(fn, autograph=False).get_concrete_function(*specs), specs
+
+
+def _measure_one(op: Any, signature: tuple, device: str, repeats: int) -> int:
+    import tensorflow as tf
+
+    fn, specs = _rebuilt(op, signature)
+    with tf.device(device):
+        args = [tf.zeros(s.shape, s.dtype) for s in specs]
+    fn(*args)  # the first run may allocate once-only buffers (oneDNN primitives): not per-step memory
+    worst = 0
+    for _ in range(max(1, repeats)):
+        tf.config.experimental.reset_memory_stats(device)
+        before = tf.config.experimental.get_memory_info(device)["current"]
+        outs = fn(*args)
+        peak = tf.config.experimental.get_memory_info(device)["peak"]
+        out_bytes = sum(int(t.shape.num_elements()) * t.dtype.size for t in outs)
+        worst = max(worst, peak - before - out_bytes)
+        del outs
+    return int(worst)
+
+
+def measure_scratch(ops: list, repeats: int = 3) -> dict[str, int] | None:
+    """Measured scratch bytes of every op of ``ops`` in :data:`SCRATCH_OP_TYPES` (see the module docstring).
+
+    Parameters
+    ----------
+    ops : list of tf.Operation
+        Operations of a traced graph.
+    repeats : int
+        Measured runs per new signature (after one untimed run); the maximum is kept.
+
+    Returns
+    -------
+    dict or None
+        Op name -> bytes (ops that cannot be rebuilt, for example with an
+        integer input of unknown value, are left out), or ``None`` when the
+        device's allocator keeps no statistics.
+    """
+    import tensorflow as tf
+
+    device = stats_device()
+    if device is None:
+        return None
+    out: dict[str, int] = {}
+    new = 0
+    for op in ops:
+        if op.type not in SCRATCH_OP_TYPES:
+            continue
+        sig = _signature(op)
+        if sig is None:
+            log.debug("op %s (%s) cannot be rebuilt alone: scratch not measured", op.name, op.type)
+            continue
+        key = (device, sig)
+        if key not in _cache:
+            try:
+                _cache[key] = _measure_one(op, sig, device, repeats)
+            except (tf.errors.OpError, ValueError, TypeError) as exc:  # will not run alone: nothing, logged
+                log.debug("op %s (%s) could not run alone (%s): scratch not measured", op.name, op.type, exc)
+                _cache[key] = 0
+            new += 1
+        out[op.name] = max(0, _cache[key])
+    log.info("kernel scratch: %d ops, %d new signatures measured on %s", len(out), new, device)
+    return out
