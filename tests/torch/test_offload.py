@@ -97,6 +97,16 @@ def test_strip_copies_is_the_remat_plan():
         OffloadExecutor(eg, make_plan(eg.graph, sched))
 
 
+def _trains_like_eager(rm, ref, inputs, steps=2):
+    """``steps`` backward passes (gradients accumulating) of ``rm`` and eager ``ref`` give the same state."""
+    for step in range(steps):
+        torch.manual_seed(step)
+        rm(*inputs).sum().backward()
+        torch.manual_seed(step)
+        ref(*inputs).sum().backward()
+        assert_same_state(rm, ref)
+
+
 def test_rematerialize_with_host_bandwidth_trains_like_eager(tmp_path):
     from remat_torch import rematerialize
 
@@ -108,27 +118,15 @@ def test_rematerialize_with_host_bandwidth_trains_like_eager(tmp_path):
                        cost_model="unit", host_bandwidth=math.inf, time_limit_s=10)
     assert isinstance(rm.executor, OffloadExecutor) and rm.executor.host_plan.num_offloads > 0
     assert rm.result.peak_memory_bytes <= budget and rm.result.stats["recomputations"] == 0
-    ref = copy.deepcopy(model)
-    for step in range(2):
-        torch.manual_seed(step)
-        rm(*inputs).sum().backward()
-        torch.manual_seed(step)
-        ref(*inputs).sum().backward()
-        assert_same_state(rm, ref)
+    _trains_like_eager(rm, copy.deepcopy(model), inputs)
     # a plan file keeps the copies: a new process reads the same host plan back and trains the same way
     path = tmp_path / "plan.json"
     rm.save_plan(path)
-    ref = copy.deepcopy(model)
     again = rematerialize(copy.deepcopy(model), inputs, plan=path, granularity="module", cost_model="unit")
     assert again.result.method == "loaded"
     assert isinstance(again.executor, OffloadExecutor)
     assert again.executor.host_plan.statements == rm.executor.host_plan.statements
-    for step in range(2):
-        torch.manual_seed(step)
-        again(*inputs).sum().backward()
-        torch.manual_seed(step)
-        ref(*inputs).sum().backward()
-        assert_same_state(again, ref)
+    _trains_like_eager(again, copy.deepcopy(model), inputs)
     with pytest.raises(ValueError, match="`host_bandwidth`"):
         rematerialize(copy.deepcopy(model), inputs, budget=budget, method="dtr", granularity="module",
                       cost_model="unit", host_bandwidth="fast")
