@@ -138,8 +138,9 @@ def memory_aware_order(graph: Graph) -> np.ndarray:
     net allocation (``memory_bytes[k]`` minus the bytes of the inputs whose
     last pending reader it is), then to the smallest index. Values are thus
     produced when something is about to read them, not long before, which is
-    what a depth-first numbering gets wrong. Keys only fall as nodes run, so
-    the ready set is a heap re-keyed lazily.
+    what a depth-first numbering gets wrong. A source (a node without
+    inputs) becomes ready only once one of its readers has every other input.
+    Keys only fall as nodes run, so the ready set is a heap re-keyed lazily.
 
     Returns
     -------
@@ -163,7 +164,27 @@ def memory_aware_order(graph: Graph) -> np.ndarray:
         net = mem[k] - sum(mem[i] for i in inputs[k] if pending[i] == 1)
         return (close, -newest, net, k)
 
-    heap = [key(k) for k in range(n) if waiting[k] == 0]
+    # sources (no inputs) wait until a reader has every other input: computed earlier, they would only wait
+    source = [not ins for ins in inputs]
+    missing = [sum(1 for i in ins if not source[i]) for ins in inputs]   # non-source inputs not computed yet
+    released = [False] * n
+
+    def release_sources(j: int) -> list[int]:
+        out = [i for i in inputs[j] if source[i] and not released[i]]
+        for i in out:
+            released[i] = True
+        return out
+
+    heap = []
+    for k in range(n):
+        if missing[k] == 0 and not source[k]:
+            if waiting[k] == 0:
+                heap.append(key(k))
+            for i in release_sources(k):
+                heap.append(key(i))
+        elif source[k] and not readers[k]:               # a lone node
+            released[k] = True
+            heap.append(key(k))
     heapq.heapify(heap)
     while heap:
         entry = heapq.heappop(heap)
@@ -187,8 +208,12 @@ def memory_aware_order(graph: Graph) -> np.ndarray:
             touched.update(inputs[j])                    # a reader came closer: its other inputs' keys fell
             if waiting[j] == 0:
                 touched.add(j)
+            if not source[k]:
+                missing[j] -= 1
+                if missing[j] == 0:
+                    touched.update(release_sources(j))
         for r in touched:
-            if not done[r] and waiting[r] == 0:
+            if not done[r] and waiting[r] == 0 and (released[r] or not source[r]):
                 heapq.heappush(heap, key(r))
     return np.asarray(order, dtype=np.int64)
 
