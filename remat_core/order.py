@@ -18,7 +18,10 @@ model. This room holds:
   running, preferring the readers of what was just computed (it recovers an
   execution-like order from a depth-first numbering);
 * :func:`candidate_orders` -- the orders a planner should try: the given one
-  and the memory-aware one when it differs.
+  and the memory-aware one when it differs;
+* :func:`renumbered` and :func:`sequence_in_original_numbering` -- the graph
+  numbered in another order, so that any stage-form planner runs in that
+  order, and its plan (as a sequence) brought back to the graph's numbering.
 
 Imports: numpy, and the core's graph and sequence types only.
 
@@ -43,7 +46,8 @@ import numpy as np
 from .graph import Graph
 from .sequence import COMPUTE, FREE, OpSequence
 
-__all__ = ["check_order", "liveness_peak_bytes", "order_sequence", "memory_aware_order", "candidate_orders"]
+__all__ = ["check_order", "liveness_peak_bytes", "order_sequence", "memory_aware_order", "candidate_orders",
+           "renumbered", "sequence_in_original_numbering"]
 
 
 def check_order(graph: Graph, order: Iterable[int]) -> np.ndarray:
@@ -227,3 +231,31 @@ def candidate_orders(graph: Graph) -> dict[str, np.ndarray]:
     if not np.array_equal(aware, given):
         out["memory-aware"] = aware
     return out
+
+
+def renumbered(graph: Graph, order: Iterable[int]) -> Graph:
+    """``graph`` with node ``order[j]`` stored at index ``j`` (same names, costs, sizes and edges).
+
+    Examples
+    --------
+    >>> from remat_core.zoo import linear_graph
+    >>> g = linear_graph(2)
+    >>> renumbered(g, range(g.n)).names == g.names
+    True
+    """
+    arr = check_order(graph, order)
+    pos = np.empty(graph.n, dtype=np.int64)
+    pos[arr] = np.arange(graph.n)
+    dep_ptr, dep_idx = graph.csr[0], graph.csr[1]
+    deps = [sorted(pos[dep_idx[dep_ptr[k]:dep_ptr[k + 1]]].tolist()) for k in arr.tolist()]
+    out = Graph.from_arrays(deps, cost=graph.cost[arr], memory_bytes=graph.memory_bytes[arr],
+                            workspace_bytes=graph.workspace_bytes[arr], is_backward=graph.is_backward[arr],
+                            names=[graph.names[k] for k in arr.tolist()], fixed_bytes=graph.fixed_bytes,
+                            name=graph.name, meta=graph.meta)
+    return out   # a topological input keeps its positions (Graph's stable sort), so index j is order[j]
+
+
+def sequence_in_original_numbering(sequence: OpSequence, order: Iterable[int]) -> OpSequence:
+    """A sequence over :func:`renumbered` ``(graph, order)`` with its nodes named in ``graph``'s numbering."""
+    arr = np.asarray(order, dtype=np.int64)
+    return OpSequence(sequence.kind.copy(), arr[sequence.node])

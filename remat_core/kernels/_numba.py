@@ -621,6 +621,52 @@ def _seq_needed(i, p, user_ptr, user_idx, resident, seen_once, last_pos, seen, s
 
 
 @njit(cache=True, nogil=True)
+def _seq_out(info, code, p, x, need, peak, computations, evictions, kind, node, n_ev, total):  # pragma: no cover
+    info[0] = code
+    info[1] = p
+    info[2] = x
+    info[3] = need
+    info[4] = peak
+    info[5] = computations
+    info[6] = evictions
+    return info, kind[:n_ev].astype(np.int8), node[:n_ev].copy(), total
+
+
+@njit(cache=True, nogil=True)
+def _seq_event(kind, node, n_ev, k, v):  # pragma: no cover - compiled
+    """Append event (k, v); returns the (possibly grown) arrays and the new count."""
+    kind = _grow_i64(kind, n_ev)
+    node = _grow_i64(node, n_ev)
+    kind[n_ev] = k
+    node[n_ev] = v
+    return kind, node, n_ev + 1
+
+
+@njit(cache=True, nogil=True)
+def _seq_new_class(v, n_cls, cls, uf_parent, uf_size, uf_cost, root_seen, cost, dep_ptr, dep_idx, user_ptr,
+                   user_idx, resident, seen_once):  # pragma: no cover - compiled
+    """Freed v: a new class of cost[v], merged with the class of every evicted neighbour (h_dtr_eq)."""
+    uf_parent = _grow_i64(uf_parent, n_cls)
+    uf_size = _grow_i64(uf_size, n_cls)
+    uf_cost = _grow_f64(uf_cost, n_cls)
+    root_seen = _grow_i64(root_seen, n_cls)
+    c = n_cls
+    uf_parent[c] = c
+    uf_size[c] = 1
+    uf_cost[c] = cost[v]
+    root_seen[c] = 0
+    cls[v] = c
+    for side in range(2):
+        ptr = dep_ptr if side == 0 else user_ptr
+        idx = dep_idx if side == 0 else user_idx
+        for q in range(ptr[v], ptr[v + 1]):
+            u = idx[q]
+            if seen_once[u] and not resident[u] and cls[u] >= 0:
+                _uf_union(uf_parent, uf_size, uf_cost, c, cls[u])
+    return n_cls + 1, uf_parent, uf_size, uf_cost, root_seen
+
+
+@njit(cache=True, nogil=True)
 def dtr_sequence(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, order, heuristic, seed,
                  max_cost, hold=1):  # pragma: no cover - compiled
     info = np.full(7, -1, dtype=np.int64)
@@ -768,41 +814,16 @@ def dtr_sequence(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, 
                         best = w
                         best_score = s
                 if best == -1:
-                    info[0] = 1
-                    info[1] = p
-                    info[2] = x
-                    info[3] = current + need
-                    info[4] = peak
-                    info[5] = computations
-                    info[6] = evictions
-                    return info, kind[:n_ev].astype(np.int8), node[:n_ev].copy(), total
+                    return _seq_out(info, 1, p, x, current + need, peak, computations, evictions, kind, node, n_ev,
+                                    total)
                 # free best (an eviction)
                 n_res = _res_remove(best, resident, res_list, res_pos, n_res)
                 current -= mem[best]
-                kind = _grow_i64(kind, n_ev)
-                node = _grow_i64(node, n_ev)
-                kind[n_ev] = 1
-                node[n_ev] = best
-                n_ev += 1
+                kind, node, n_ev = _seq_event(kind, node, n_ev, 1, best)
                 if heuristic == _DTR_H_DTR_EQ:
-                    uf_parent = _grow_i64(uf_parent, n_cls)
-                    uf_size = _grow_i64(uf_size, n_cls)
-                    uf_cost = _grow_f64(uf_cost, n_cls)
-                    root_seen = _grow_i64(root_seen, n_cls)
-                    c = n_cls
-                    n_cls += 1
-                    uf_parent[c] = c
-                    uf_size[c] = 1
-                    uf_cost[c] = cost[best]
-                    root_seen[c] = 0
-                    cls[best] = c
-                    for side in range(2):
-                        ptr = dep_ptr if side == 0 else user_ptr
-                        idx = dep_idx if side == 0 else user_idx
-                        for q in range(ptr[best], ptr[best + 1]):
-                            u = idx[q]
-                            if seen_once[u] and not resident[u] and cls[u] >= 0:
-                                _uf_union(uf_parent, uf_size, uf_cost, c, cls[u])
+                    n_cls, uf_parent, uf_size, uf_cost, root_seen = _seq_new_class(
+                        best, n_cls, cls, uf_parent, uf_size, uf_cost, root_seen, cost, dep_ptr, dep_idx, user_ptr,
+                        user_idx, resident, seen_once)
                 evictions += 1
             # compute x
             clock += cost[x]
@@ -820,25 +841,14 @@ def dtr_sequence(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, 
             current += mem[x]
             if current + ws[x] > peak:
                 peak = current + ws[x]
-            kind = _grow_i64(kind, n_ev)
-            node = _grow_i64(node, n_ev)
-            kind[n_ev] = 0
-            node[n_ev] = x
-            n_ev += 1
+            kind, node, n_ev = _seq_event(kind, node, n_ev, 0, x)
             last_access[x] = clock
             for q in range(dep_ptr[x], dep_ptr[x + 1]):
                 i = dep_idx[q]
                 locks[i] -= 1
                 last_access[i] = clock
             if total > max_cost:
-                info[0] = 2
-                info[1] = p
-                info[2] = x
-                info[3] = current
-                info[4] = peak
-                info[5] = computations
-                info[6] = evictions
-                return info, kind[:n_ev].astype(np.int8), node[:n_ev].copy(), total
+                return _seq_out(info, 2, p, x, current, peak, computations, evictions, kind, node, n_ev, total)
             if depth > 0:
                 locks[x] += 1
         # release
@@ -856,35 +866,9 @@ def dtr_sequence(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, 
                     if not keep:
                         n_res = _res_remove(i, resident, res_list, res_pos, n_res)
                         current -= mem[i]
-                        kind = _grow_i64(kind, n_ev)
-                        node = _grow_i64(node, n_ev)
-                        kind[n_ev] = 1
-                        node[n_ev] = i
-                        n_ev += 1
+                        kind, node, n_ev = _seq_event(kind, node, n_ev, 1, i)
                         if heuristic == _DTR_H_DTR_EQ:
-                            uf_parent = _grow_i64(uf_parent, n_cls)
-                            uf_size = _grow_i64(uf_size, n_cls)
-                            uf_cost = _grow_f64(uf_cost, n_cls)
-                            root_seen = _grow_i64(root_seen, n_cls)
-                            c = n_cls
-                            n_cls += 1
-                            uf_parent[c] = c
-                            uf_size[c] = 1
-                            uf_cost[c] = cost[i]
-                            root_seen[c] = 0
-                            cls[i] = c
-                            for side2 in range(2):
-                                ptr = dep_ptr if side2 == 0 else user_ptr
-                                idx = dep_idx if side2 == 0 else user_idx
-                                for q2 in range(ptr[i], ptr[i + 1]):
-                                    u = idx[q2]
-                                    if seen_once[u] and not resident[u] and cls[u] >= 0:
-                                        _uf_union(uf_parent, uf_size, uf_cost, c, cls[u])
-    info[0] = 0
-    info[1] = -1
-    info[2] = -1
-    info[3] = -1
-    info[4] = peak
-    info[5] = computations
-    info[6] = evictions
-    return info, kind[:n_ev].astype(np.int8), node[:n_ev].copy(), total
+                            n_cls, uf_parent, uf_size, uf_cost, root_seen = _seq_new_class(
+                                i, n_cls, cls, uf_parent, uf_size, uf_cost, root_seen, cost, dep_ptr, dep_idx,
+                                user_ptr, user_idx, resident, seen_once)
+    return _seq_out(info, 0, -1, -1, -1, peak, computations, evictions, kind, node, n_ev, total)

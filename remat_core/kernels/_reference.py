@@ -211,6 +211,28 @@ def dtr_random_key(seed, evictions, v):
     return float(z >> 11)
 
 
+def _uf_find(parent, x):
+    """Union-find root of ``x`` (with path compression)."""
+    root = x
+    while parent[root] != root:
+        root = parent[root]
+    while parent[x] != root:
+        parent[x], x = root, parent[x]
+    return root
+
+
+def _uf_union(parent, size, class_cost, a, b):
+    """Merge the classes of ``a`` and ``b``: the larger root survives (the smaller index on ties), costs added."""
+    ra, rb = _uf_find(parent, a), _uf_find(parent, b)
+    if ra == rb:
+        return
+    if size[ra] < size[rb] or (size[ra] == size[rb] and rb < ra):
+        ra, rb = rb, ra
+    parent[rb] = ra
+    size[ra] += size[rb]
+    class_cost[ra] += class_cost[rb]
+
+
 def dtr(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, heuristic, seed, max_computes,
         keep_dead=0):
     """Run DTR's greedy online evictor over the topological order; returns ``(info, R_ptr, R_idx, S_ptr, S_idx)``.
@@ -306,22 +328,10 @@ def dtr(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, h
     current, clock, peak = fixed, 0, -1
 
     def find(x):
-        root = x
-        while parent[root] != root:
-            root = parent[root]
-        while parent[x] != root:
-            parent[x], x = root, parent[x]
-        return root
+        return _uf_find(parent, x)
 
     def union(a, b):
-        ra, rb = find(a), find(b)
-        if ra == rb:
-            return
-        if size[ra] < size[rb] or (size[ra] == size[rb] and rb < ra):
-            ra, rb = rb, ra
-        parent[rb] = ra
-        size[ra] += size[rb]
-        class_cost[ra] += class_cost[rb]
+        _uf_union(parent, size, class_cost, a, b)
 
     def evicted_reader(j, t):   # a computed, non-resident value still read after stage t
         return j < t and not resident[j] and last_use[j] > t
@@ -551,22 +561,10 @@ def dtr_sequence(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, 
                 float(state["total"]))
 
     def find(x):
-        root = x
-        while uf_parent[root] != root:
-            root = uf_parent[root]
-        while uf_parent[x] != root:
-            uf_parent[x], x = root, uf_parent[x]
-        return root
+        return _uf_find(uf_parent, x)
 
     def union(a, b):
-        ra, rb = find(a), find(b)
-        if ra == rb:
-            return
-        if uf_size[ra] < uf_size[rb] or (uf_size[ra] == uf_size[rb] and rb < ra):
-            ra, rb = rb, ra
-        uf_parent[rb] = ra
-        uf_size[ra] += uf_size[rb]
-        uf_cost[ra] += uf_cost[rb]
+        _uf_union(uf_parent, uf_size, uf_cost, a, b)
 
     def evicted(u):
         return seen_once[u] and not resident[u]

@@ -39,7 +39,7 @@ from .. import kernels
 from ..graph import Graph
 from ..errors import ScheduleVerificationError
 from ..kernels import _reference as _ref
-from ..order import candidate_orders, check_order
+from ..order import candidate_orders, check_order, renumbered, sequence_in_original_numbering
 from ..schedule import RematResult, Schedule, SolveStatus
 from ..sequence import OpSequence, from_schedule, simulate_sequence
 from ..units import format_bytes
@@ -203,6 +203,23 @@ def _sequence_runs(graph: Graph, budget_bytes: int, heuristic: str, seed: int, m
             for name, order in orders.items()}
 
 
+def _stage_runs_in_orders(graph: Graph, budget_bytes: int, heuristic: str, seed: int, max_compute_factor: float,
+                          keep_dead: bool | None, orders: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+    """The stage run on the graph renumbered in each order other than the given one, as sequences in the graph's
+    numbering (``"stages <order>"``)."""
+    out = {}
+    for name, order in orders.items():
+        if name == "given":
+            continue
+        other = renumbered(graph, order)
+        r = _run_with_fallback(other, budget_bytes, heuristic, seed, max_compute_factor, keep_dead)
+        r["total_cost"] = r["schedule"].cost(other) if r["ok"] else None
+        r["sequence"] = (sequence_in_original_numbering(from_schedule(other, r["schedule"]), order) if r["ok"]
+                         else None)
+        out[f"stages {name}"] = r
+    return out
+
+
 def _orders(graph: Graph, order: Any) -> dict[str, np.ndarray]:
     if isinstance(order, str):
         if order == "auto":
@@ -293,8 +310,13 @@ def solve_dtr(graph: Graph, budget_bytes: int, heuristic: str | None = None, see
             or not max_overhead >= 1 or not math.isfinite(max_overhead)):
         raise ValueError(f"`max_overhead` must be a finite number >= 1; got {max_overhead!r}")
 
-    run = _run_with_fallback(graph, budget_bytes, stage_heuristic, seed, max_compute_factor, keep_dead)
-    seq_runs = _sequence_runs(graph, budget_bytes, seq_heuristic, seed, max_overhead, orders)
+    def all_runs(b: int) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        """The stage run in the numbering, and the other runs by name."""
+        others = _sequence_runs(graph, b, seq_heuristic, seed, max_overhead, orders)
+        others.update(_stage_runs_in_orders(graph, b, stage_heuristic, seed, max_compute_factor, keep_dead, orders))
+        return _run_with_fallback(graph, b, stage_heuristic, seed, max_compute_factor, keep_dead), others
+
+    run, seq_runs = all_runs(budget_bytes)
     costs: dict[str, float | None] = {"stages": run["schedule"].cost(graph) if run["ok"] else None}
     costs.update({name: (r["total_cost"] if r["ok"] else None) for name, r in seq_runs.items()})
     thrashed = [name for name, r in seq_runs.items() if r["code"] == _ref.DTR_THRASH]
@@ -312,8 +334,9 @@ def solve_dtr(graph: Graph, budget_bytes: int, heuristic: str | None = None, see
         else:
             r = seq_runs[best]
             sequence = r["sequence"]
-            stats.update(heuristic=seq_heuristic, computations=r["computations"], evictions=r["evictions"],
-                         dtr_peak_bytes=r["peak_bytes"])
+            stats.update(heuristic=stage_heuristic if best.startswith("stages") else seq_heuristic,
+                         computations=r["computations"], evictions=r["evictions"], dtr_peak_bytes=r["peak_bytes"],
+                         keep_dead=r.get("keep_dead", False))
         stats["run"] = best
         n_comp = int(stats["computations"])
         return RematResult(status=SolveStatus.FEASIBLE, schedule=run["schedule"], sequence=sequence, stats=stats,
@@ -324,8 +347,9 @@ def solve_dtr(graph: Graph, budget_bytes: int, heuristic: str | None = None, see
            f"node {run['fail_node']} ({graph.names[run['fail_node']]!r}) needed "
            f"{format_bytes(run['fail_need_bytes'])} with nothing left to evict")
     if orders:
-        why += (f"; as it runs, {len(thrashed) - (thrashed[:1] == ['stages'])} of {len(orders)} orders thrashed "
-                f"(stopped at {max_overhead:g}x the compute of one pass)")
+        n_seq = sum(1 for name in thrashed if name in orders)
+        why += (f"; as it runs, {n_seq} of {len(orders)} orders thrashed (stopped at {max_overhead:g}x the compute "
+                f"of one pass)")
     msg = f"DTR ({stage_heuristic}) did not fit {format_bytes(budget_bytes)}: {why}"
     lower = graph.min_budget_lower_bound_bytes()
     stats["min_budget_lower_bound_bytes"] = lower
@@ -337,9 +361,8 @@ def solve_dtr(graph: Graph, budget_bytes: int, heuristic: str | None = None, see
             lo = max(int(budget_bytes), lower - 1)
 
             def any_ok(b: int) -> bool:
-                return (_run_with_fallback(graph, b, stage_heuristic, seed, max_compute_factor, keep_dead)["ok"]
-                        or any(r["ok"] for r in _sequence_runs(graph, b, seq_heuristic, seed, max_overhead,
-                                                               orders).values()))
+                stage, others = all_runs(b)
+                return stage["ok"] or any(r["ok"] for r in others.values())
 
             found = _smallest_success(graph, lo, hi, any_ok)
             stats["method_min_budget_bytes"] = found

@@ -9,11 +9,12 @@ from hypothesis import given, settings, strategies as st
 from remat_core import Graph, Node, RematResult, SolveStatus, kernels, solve
 from remat_core.errors import ScheduleVerificationError
 from remat_core.kernels import available_kernels
-from remat_core.order import check_order, liveness_peak_bytes, memory_aware_order, order_sequence
-from remat_core.sequence import FREE, simulate_sequence
+from remat_core.order import (check_order, liveness_peak_bytes, memory_aware_order, order_sequence, renumbered,
+                              sequence_in_original_numbering)
+from remat_core.sequence import FREE, from_schedule, simulate_sequence
 from remat_core.simulate import checkpoint_all_peak_bytes
 from remat_core.solvers import verify_result
-from remat_core.solvers.dtr import HEURISTICS, dtr_sequence_run
+from remat_core.solvers.dtr import HEURISTICS, dtr_run, dtr_sequence_run
 from remat_core.units import resolve_budget
 from remat_core.zoo import linear_graph
 from strategies import dags, training_graphs
@@ -159,6 +160,24 @@ def test_orders_are_topological_and_liveness_peaks_agree_with_the_judge(g):
         seq = order_sequence(g, order)
         assert simulate_sequence(g, seq).peak_memory_bytes == liveness_peak_bytes(g, order)
     assert liveness_peak_bytes(g, range(g.n)) == checkpoint_all_peak_bytes(g)
+
+
+@settings(max_examples=25, deadline=None)
+@given(g=training_graphs(), seed=st.integers(0, 2**32 - 1), fraction=st.floats(0.3, 1.0))
+def test_a_stage_run_in_another_order_is_a_sequence_of_the_graph(g, seed, fraction):
+    # the stage run on the graph renumbered in a random order, brought back as a sequence: the same judgement
+    order = random_topological_order(g, np.random.default_rng(seed))
+    other = renumbered(g, order)
+    assert [other.names[j] for j in range(g.n)] == [g.names[k] for k in order]
+    budget = resolve_budget(g, fraction)
+    run = dtr_run(other, budget, "h_dtr")
+    if run["ok"]:
+        from remat_core import simulate
+
+        stage = simulate(other, run["schedule"])
+        seq = simulate_sequence(g, sequence_in_original_numbering(from_schedule(other, run["schedule"]), order))
+        assert (seq.total_cost, seq.peak_memory_bytes) == (stage.total_cost, stage.peak_memory_bytes)
+        assert seq.peak_memory_bytes <= budget
 
 
 def test_bad_orders_name_the_argument():
