@@ -84,11 +84,17 @@ class CompiledPlan:
     """What the partitioner chose for one joint graph (kept in ``RematPartitioner.plans``).
 
     Byte counts are above the level before the step (parameters and inputs not
-    counted). ``budget_bytes`` is the promise; ``predicted_peak_bytes`` the
-    memory model's peak of the forward and backward graphs as compiled, within
-    ``model_budget_bytes`` (the budget, lowered after a compiled step measured
-    over it); ``measured_peak_bytes`` the compile-time check's measurement
-    (``None`` when not verified); ``attempts`` the compiles it took.
+    counted). ``budget_bytes`` is the promise. ``model_peak_bytes`` is the
+    planning model's peak of the forward and backward graphs
+    (:func:`module_peak_bytes`), within ``model_budget_bytes`` (the budget,
+    lowered after a compiled step measured over it). ``code_peak_bytes`` is the
+    replay of the code Inductor generated for the plan
+    (:mod:`remat_torch.compiled.generated`; ``None`` until the backward is
+    compiled, without Inductor, or when Inductor reused cached code).
+    ``predicted_peak_bytes`` is the replay when there is one, else the
+    planning model's peak. ``measured_peak_bytes`` is the compile-time
+    check's measurement (``None`` when not verified); ``attempts`` the
+    compiles it took.
     """
 
     budget_bytes: int
@@ -105,6 +111,9 @@ class CompiledPlan:
     candidates: list = dataclasses.field(default_factory=list)
     measured_peak_bytes: int | None = None
     attempts: int = 1
+    model_peak_bytes: int = 0
+    code_peak_bytes: int | None = None
+    num_fwd_outputs: int = 1
 
 
 # ---------------------------------------------------------------- op classes
@@ -277,7 +286,7 @@ def _workspace(node: fx.Node) -> int:
                 torch.cuda.synchronize()
                 ws = torch.cuda.max_memory_allocated() - base - out_bytes
             else:
-                from .meter import AllocatorMeter
+                from ..meter import AllocatorMeter
 
                 with AllocatorMeter() as m:
                     out = node.target(*args, **kwargs)
@@ -579,8 +588,13 @@ def _joint_graph(joint: fx.Graph, node_info, fused: bool, fixed_bytes: int, grad
     return g, order
 
 
-def _project(graph: Graph, order: list, schedule) -> list:
-    """The forward values a schedule keeps into the backward: the saved set."""
+def _project(graph: Graph, order: list, schedule=None, sequence=None) -> list:
+    """The forward values a plan keeps into the backward: the saved set.
+
+    For a stage schedule, the values kept into the first backward stage; for
+    an operation sequence (:mod:`remat_core.sequence`), the forward values
+    live when the first backward node is computed.
+    """
     import numpy as np
 
     by_name = {n.name: n for n in order}
@@ -588,7 +602,16 @@ def _project(graph: Graph, order: list, schedule) -> list:
     if not len(bwd):
         return []
     t = int(bwd[0])
-    return [by_name[graph.names[int(i)]] for i in schedule.S_row(t) if i < t]
+    if schedule is not None:
+        return [by_name[graph.names[int(i)]] for i in schedule.S_row(t) if i < t]
+    from remat_core.sequence import COMPUTE
+
+    copies = np.zeros(graph.n, dtype=np.int64)
+    for kind, node in zip(sequence.kind.tolist(), sequence.node.tolist()):
+        if kind == COMPUTE and graph.is_backward[node]:
+            break
+        copies[node] += 1 if kind == COMPUTE else -1
+    return [by_name[graph.names[int(i)]] for i in np.flatnonzero(copies > 0) if i < t]
 
 
 # ---------------------------------------------------------------- the partitioner
@@ -611,8 +634,41 @@ def _check_budget(budget) -> None:
         parse_bytes(budget, "budget")
 
 
-# compile's own knapsack levels tried as candidate plans (activation_memory_budget values)
-_KNAPSACK_LEVELS = (0.8, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)
+# compile's own knapsack levels tried as candidate plans (activation_memory_budget values), most memory first;
+# the first level whose plan fits ends the search (lower levels recompute more)
+_KNAPSACK_LEVELS = (0.8, 0.6, 0.4, 0.2, 0.1, 0.0)
+# solver budgets (fractions of the joint graph's activation memory) whose schedules' saved sets are candidates
+_SOLVER_FRACTIONS = (0.9, 0.75, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.0)
+
+# Planning results per joint graph, so that re-planning the same graph (the compile-time check's retries, a second
+# budget for the same model) does not repeat the knapsack solves, the splits and the solver:
+# (graph key, what) -> saved node names, an _Eval, or a remat_core Graph. Oldest entries go first past the bound.
+_PLAN_CACHE: dict = {}
+_PLAN_CACHE_SIZE = 512
+# The compile-time check's measured peak of each saved set compiled (graph key, saved names) -> bytes: a plan
+# measured before is judged by its measurement, not by the model.
+_MEASURED: dict = {}
+
+
+def _graph_key(joint_module: fx.GraphModule, fused: bool) -> str:
+    """A hash of the prepared joint graph: its code, its inputs' shapes and dtypes, and the fusion setting."""
+    h = hashlib.sha256(joint_module.code.encode())
+    for n in joint_module.graph.nodes:
+        if n.op == "placeholder":
+            v = n.meta.get("val")
+            h.update(repr((n.name, tuple(getattr(v, "shape", ())), str(getattr(v, "dtype", "")))).encode())
+    h.update(repr(bool(fused)).encode())
+    return h.hexdigest()
+
+
+def _cached(key, make: Callable):
+    if key in _PLAN_CACHE:
+        return _PLAN_CACHE[key]
+    value = make()
+    while len(_PLAN_CACHE) >= _PLAN_CACHE_SIZE:
+        _PLAN_CACHE.pop(next(iter(_PLAN_CACHE)))
+    _PLAN_CACHE[key] = value
+    return value
 
 
 try:
@@ -657,7 +713,8 @@ class RematPartitioner(_PartitionerBase):
         self.knapsack = bool(knapsack)
         self.cache = bool(cache)
         self.scale = 1.0     # the backend lowers it when a compiled step measured over budget
-        self.rejected: set = set()   # saved sets whose compiled step measured over budget
+        self.force_smallest = False  # the backend sets it to compile and measure the smallest plan found
+        self.last_key = None         # (graph key, saved names) of the last plan, for _MEASURED
         self._nonce = os.urandom(16)
         self.plans: list[CompiledPlan] = []
 
@@ -696,32 +753,55 @@ class RematPartitioner(_PartitionerBase):
                   if _is_random(n) or n.meta.get("recompute") == CheckpointPolicy.MUST_SAVE]
         forced += [n for n in node_info.required_fw_nodes if n.op == "placeholder"]
         candidates: list = []   # (source, saved, _Eval)
+        gkey = _graph_key(joint_module, self.fused)
+        by_name = {n.name: n for n in joint.nodes}
+
+        def evaluate(saved) -> _Eval:
+            fw, bw, _ = _split(joint_module, saved, node_info, num_fwd_outputs)
+            return _evaluate(fw, bw, num_fwd_outputs, fw_names, self.fused)
 
         def consider(source: str, saved):
             saved = list(dict.fromkeys(_tensors(list(saved) + forced)))
-            fw, bw, _ = _split(joint_module, saved, node_info, num_fwd_outputs)
-            ev = _evaluate(fw, bw, num_fwd_outputs, fw_names, self.fused)
+            ev = _cached((gkey, "eval", frozenset(n.name for n in saved)), lambda: evaluate(saved))
             candidates.append((source, saved, ev))
             return ev
 
-        default = consider("compile-default", P.choose_saved_values_set(joint, node_info, memory_budget=1.0))
+        def knapsack(level: float) -> list:
+            names = _cached((gkey, "knapsack", level), lambda: [
+                n.name for n in P.choose_saved_values_set(joint, node_info, memory_budget=level)])
+            return [by_name[x] for x in names]
+
+        def peak_of(c) -> int:
+            """The measured peak of a plan compiled before (the compile-time check), else the model's."""
+            known = _MEASURED.get((gkey, frozenset(n.name for n in c[1])))
+            return c[2].peak if known is None else known
+
+        def fits(c) -> bool:
+            known = _MEASURED.get((gkey, frozenset(n.name for n in c[1])))
+            return c[2].peak <= budget_bytes if known is None else known <= promised
+
+        default = consider("compile-default", knapsack(1.0))
         budget_bytes = self._resolve(default)
         promised = budget_bytes     # what the step must measure within
         budget_bytes = int(budget_bytes * self.scale)    # what the model must predict within
+        if budget_bytes < default.peak:
+            self._solve(joint, node_info, default, consider, gkey, by_name)
+        # compile's own knapsack plans, most memory first, until one fits; once a plan fits and the time limit
+        # has passed, not at all (each level is a few min-cut solves, about a second on a tiny model)
         if self.knapsack and budget_bytes < default.peak:
             for level in _KNAPSACK_LEVELS:
+                if any(fits(c) for c in candidates) and time.perf_counter() - start > self.time_limit_s:
+                    break
                 try:
-                    ev = consider(f"compile-knapsack-{level}",
-                                  P.choose_saved_values_set(joint, node_info, memory_budget=level))
+                    consider(f"compile-knapsack-{level}", knapsack(level))
                 except Exception as exc:    # a knapsack level the partitioner cannot build is skipped
                     log.debug("compile's knapsack at %s failed: %s", level, exc)
                     continue
-                if ev.peak <= budget_bytes and level < 0.5:
+                if fits(candidates[-1]):
                     break
-        if budget_bytes < default.peak:
-            self._solve(joint, node_info, default, budget_bytes, consider)
-        fitting = [c for c in candidates if c[2].peak <= budget_bytes
-                   and frozenset(n.name for n in c[1]) not in self.rejected]
+        fitting = [c for c in candidates if fits(c)]
+        if self.force_smallest:     # the backend asks for the smallest plan found, to compile and measure it
+            fitting = [min(candidates, key=lambda c: (peak_of(c), c[2].cost))]
         if not fitting:
             smallest = min(candidates, key=lambda c: c[2].peak)[2]
             frac = (smallest.peak - default.fixed) / max(1, default.peak - default.fixed)
@@ -734,16 +814,19 @@ class RematPartitioner(_PartitionerBase):
         fw, bw, _ = _split(joint_module, saved, node_info, num_fwd_outputs, finish=True, has_tags=has_tags,
                            has_rng_tags=has_rng)
         final = _evaluate(fw, bw, num_fwd_outputs, fw_names, self.fused)
-        if final.peak > budget_bytes:   # the finishing passes only reorder getitems; re-checked all the same
+        if final.peak > budget_bytes and fits(fitting[0]) and (gkey, frozenset(n.name for n in saved)) \
+                not in _MEASURED:   # the finishing passes only reorder getitems; re-checked all the same
             raise RematError(f"the chosen plan ({source}) peaks at {final.peak} bytes after finishing, over the "
                              f"budget of {budget_bytes} bytes (a bug)")
         self.last_saved = frozenset(n.name for n in saved)
+        self.last_key = (gkey, self.last_saved)
         plan = CompiledPlan(budget_bytes=promised, model_budget_bytes=budget_bytes, predicted_peak_bytes=final.peak,
                             fixed_bytes=default.fixed,
                             default_peak_bytes=default.peak, saved_bytes=final.saved_bytes,
                             recompute_cost=final.cost, source=source, n_saved=final.n_saved,
                             n_recomputed=final.n_recomputed, plan_time_s=time.perf_counter() - start,
-                            candidates=[(c[0], c[2].peak, c[2].cost) for c in candidates])
+                            candidates=[(c[0], c[2].peak, c[2].cost) for c in candidates],
+                            model_peak_bytes=final.peak, num_fwd_outputs=num_fwd_outputs)
         self.plans.append(plan)
         log.info("remat partitioner: %s, predicted peak %s of budget %s, %d saved, %d recomputed, %.1f s",
                  source, format_bytes(final.peak), format_bytes(budget_bytes), final.n_saved,
@@ -761,32 +844,55 @@ class RematPartitioner(_PartitionerBase):
         frac = (budget_bytes - default.fixed) / max(1, default.peak - default.fixed)
         return f"{format_bytes(budget_bytes)} ({budget_bytes} bytes, {frac:.3f} of activation memory)"
 
-    def _solve(self, joint, node_info, default: _Eval, budget_bytes: int, consider) -> None:
-        """remat's solver on the joint graph; its saved set re-checked, the solver's budget tightened on excess."""
+    def _solve(self, joint, node_info, default: _Eval, consider, gkey: str, by_name: dict) -> None:
+        """remat's solver on the joint graph at a sweep of solver budgets; each schedule's saved set is a candidate.
+
+        The projection of a schedule to a saved set is lossy (the split
+        recomputes whatever is not saved right before its use in the backward),
+        so which solver budget gives the best saved set for a given budget is
+        not known in advance. The solver runs at the fractions
+        ``_SOLVER_FRACTIONS`` of the joint graph's activation memory, most
+        first, until ``time_limit_s``; every projection is re-checked by the
+        memory model in ``consider``. The candidates do not depend on the
+        budget, and schedules are cached per graph, so a second budget for the
+        same graph re-uses them. With ``method="auto"`` the solver is ``dtr``
+        (milliseconds per call, and deterministic: the same graph gets the
+        same plan in every run).
+        """
         out = next(n for n in reversed(joint.nodes) if n.op == "output")
         grads = {a for a in out.all_input_nodes if not node_info.is_required_fw(a)}
-        graph, order = _joint_graph(joint, node_info, self.fused, default.fixed, grads)
-        target = budget_bytes
-        deadline = time.perf_counter() + 2 * self.time_limit_s
-        for attempt in range(6):
-            if target <= graph.fixed_bytes:
-                return
+        graph, order_names = _cached((gkey, "graph"), lambda: (
+            lambda g, o: (g, [n.name for n in o]))(*_joint_graph(joint, node_info, self.fused, default.fixed,
+                                                                  grads)))
+        order = [by_name[x] for x in order_names]
+        method = "dtr" if self.method == "auto" else self.method
+        top = _cached((gkey, "checkpoint-all"), lambda: solve(graph, 2 ** 62, method="checkpoint-all")
+                      .peak_memory_bytes)
+        deadline = time.perf_counter() + self.time_limit_s
+        for fraction in _SOLVER_FRACTIONS:
             left = deadline - time.perf_counter()
-            if left <= 0.5:
+            if left <= 0:
                 return
-            opts = {"time_limit_s": min(self.time_limit_s, left)} if self.method in ("auto", "ilp", "lp-rounding") \
-                else {}
-            res = solve(graph, int(target), method=self.method, **opts)
-            if not res.success:
-                log.info("remat partitioner: %s found no schedule at %s (%s)", self.method, format_bytes(target),
-                         res.message)
-                return
-            ev = consider(f"remat-{self.method}", _project(graph, order, res.schedule))
-            log.debug("remat partitioner: solver budget %d -> plan peak %d (budget %d)", target, ev.peak,
-                      budget_bytes)
-            if ev.peak <= budget_bytes:
-                return
-            target -= max(ev.peak - budget_bytes, 1) + (attempt * (ev.peak - budget_bytes))
+            target = int(graph.fixed_bytes + fraction * (top - graph.fixed_bytes))
+            key = (gkey, "remat", method, target)
+            if key in _PLAN_CACHE:
+                names = _PLAN_CACHE[key]
+            else:
+                opts = {"time_limit_s": left} if method in ("auto", "ilp", "lp-rounding") else {}
+                res = solve(graph, target, method=method, **opts)
+                sequence = getattr(res, "sequence", None)
+                names = [n.name for n in _project(graph, order, res.schedule, sequence)] \
+                    if res.success and (res.schedule is not None or sequence is not None) else None
+                if res.success or res.status.name.lower() == "infeasible":    # time-outs are not cached
+                    _cached(key, lambda: names)
+                if not res.success:
+                    log.debug("remat partitioner: %s found no schedule at %s (%s)", method, format_bytes(target),
+                              res.message)
+            if names is None:
+                return      # lower solver budgets are tighter still
+            ev = consider(f"remat-{method}-{fraction}", [by_name[x] for x in names])
+            log.debug("remat partitioner: %s at %.2f of activation memory -> plan peak %d", method, fraction,
+                      ev.peak)
 
 
 # ---------------------------------------------------------------- the backend
@@ -850,7 +956,7 @@ def _measure_step(compiled: Callable, example_inputs) -> int | None:
                 step()
                 torch.cuda.synchronize()
                 return int(torch.cuda.max_memory_allocated() - base)
-            from .meter import AllocatorMeter
+            from ..meter import AllocatorMeter
 
             with AllocatorMeter() as m:
                 step()
@@ -872,6 +978,41 @@ def _interpreted(gm: fx.GraphModule, example_inputs) -> Callable:
 
     run._boxed_call = True
     return run
+
+
+def _replaying_inner_compile(partitioner: "RematPartitioner") -> Callable:
+    """Inductor's ``compile_fx_inner`` for one captured graph, recording the code it generates.
+
+    When the forward and then the backward of a graph the partitioner planned
+    are generated, the plan gets ``code_peak_bytes``: the replay of both
+    (:func:`remat_torch.compiled.generated.step_peak`), which becomes its
+    ``predicted_peak_bytes``.
+    """
+    from torch._inductor.compile_fx import compile_fx_inner
+
+    from .generated import recording, step_peak
+
+    state: dict = {"n_plans": len(partitioner.plans)}
+
+    def inner(gm, example_inputs, **kwargs):
+        with recording() as records:
+            out = compile_fx_inner(gm, example_inputs, **kwargs)
+        if not records:     # cached code, or nothing generated
+            return out
+        if not kwargs.get("is_backward"):
+            new_plan = len(partitioner.plans) > state["n_plans"]
+            state["plan"] = partitioner.plans[-1] if new_plan else None
+            state["forward"] = records[-1]
+        elif state.get("plan") is not None and state.get("forward") is not None:
+            plan = state["plan"]
+            try:
+                plan.code_peak_bytes = step_peak(state["forward"], records[-1], plan.num_fwd_outputs)
+                plan.predicted_peak_bytes = plan.code_peak_bytes
+            except (StopIteration, ValueError, IndexError, SyntaxError) as exc:  # an unexpected wrapper (logged)
+                log.warning("remat backend: the generated code's memory replay failed: %s", exc)
+        return out
+
+    return inner
 
 
 def backend(budget=0.5, *, method: str = "auto", time_limit_s: float = 5.0, inductor: bool = True,
@@ -938,7 +1079,8 @@ def backend(budget=0.5, *, method: str = "auto", time_limit_s: float = 5.0, indu
         if inductor:
             from torch._inductor.compile_fx import compile_fx
 
-            return compile_fx(gm, example_inputs, config_patches=patches)
+            return compile_fx(gm, example_inputs, config_patches=patches,
+                              inner_compile=_replaying_inner_compile(partitioner))
         from torch._dynamo.backends.common import aot_autograd
 
         # as the "aot_eager" backend does, with this partitioner and an interpreter that frees each value
@@ -953,45 +1095,59 @@ def backend(budget=0.5, *, method: str = "auto", time_limit_s: float = 5.0, indu
 
         pristine = copy.deepcopy(gm)
         partitioner.scale = 1.0
-        partitioner.rejected = set()
         tried: list = []
-        for attempt in range(4):
-            n_plans = len(partitioner.plans)
-            try:
-                with _fresh_compile_metrics(attempt > 0):
-                    compiled = compile_once(copy.deepcopy(pristine), example_inputs)
-            except CompiledBudgetError as exc:
-                if not tried:
-                    raise
-                best = min(tried, key=lambda p: p.measured_peak_bytes)
-                raise CompiledBudgetError(
-                    f"no plan found measures within the budget {format_bytes(best.budget_bytes)} "
-                    f"({best.budget_bytes} bytes): the smallest compiled step measured "
-                    f"{format_bytes(best.measured_peak_bytes)} ({best.measured_peak_bytes} bytes) against the "
-                    f"memory model's {format_bytes(best.predicted_peak_bytes)}; then: {exc}",
-                    smallest_bytes=best.measured_peak_bytes) from None
-            plan = partitioner.plans[-1] if len(partitioner.plans) > n_plans else None
-            if plan is None:    # no backward (or a cached plan): nothing to check
-                return compiled
-            with _fresh_compile_metrics(True):    # the backward compiles lazily, inside this first step
-                plan.measured_peak_bytes = _measure_step(compiled, example_inputs)
-            plan.attempts = attempt + 1
-            if (plan.measured_peak_bytes is None or plan.measured_peak_bytes <= plan.budget_bytes
-                    or plan.source == "compile-default"):   # compile's own plan: as small as budget 1.0 promises
-                return compiled
-            log.info("remat backend: the compiled step measured %s over the budget %s (model %s); planning "
-                     "again for less", format_bytes(plan.measured_peak_bytes), format_bytes(plan.budget_bytes),
-                     format_bytes(plan.predicted_peak_bytes))
-            tried.append(plan)
-            partitioner.plans.pop()
-            partitioner.rejected.add(partitioner.last_saved)
-            partitioner.scale *= max(0.8, plan.budget_bytes / plan.measured_peak_bytes)
+        first_error = None
+        try:
+            for attempt in range(4):
+                n_plans = len(partitioner.plans)
+                try:
+                    with _fresh_compile_metrics(attempt > 0):
+                        compiled = compile_once(copy.deepcopy(pristine), example_inputs)
+                except CompiledBudgetError as exc:
+                    if partitioner.force_smallest:
+                        raise
+                    first_error = first_error or exc
+                    partitioner.force_smallest = True   # compile and measure the smallest plan found instead
+                    continue
+                plan = partitioner.plans[-1] if len(partitioner.plans) > n_plans else None
+                if plan is None:    # no backward (or a cached plan): nothing to check
+                    return compiled
+                with _fresh_compile_metrics(True):    # the backward compiles lazily, inside this first step
+                    plan.measured_peak_bytes = _measure_step(compiled, example_inputs)
+                plan.attempts = attempt + 1
+                if plan.measured_peak_bytes is None or (plan.source == "compile-default"
+                                                        and not partitioner.force_smallest):
+                    return compiled     # not measurable; or compile's own plan, as small as budget 1.0 promises
+                _MEASURED[partitioner.last_key] = plan.measured_peak_bytes
+                if plan.measured_peak_bytes <= plan.budget_bytes:
+                    return compiled
+                log.info("remat backend: the compiled step measured %s over the budget %s (planning model %s, "
+                         "generated code %s); planning again", format_bytes(plan.measured_peak_bytes),
+                         format_bytes(plan.budget_bytes), format_bytes(plan.model_peak_bytes),
+                         format_bytes(plan.code_peak_bytes or 0))
+                tried.append(plan)
+                partitioner.plans.pop()
+                if partitioner.force_smallest:
+                    break
+                # the planning model under-counted this plan by measured/model: plan the next one for that much less
+                ratio = plan.model_peak_bytes / max(1, plan.measured_peak_bytes)
+                partitioner.scale = max(0.3, min(partitioner.scale * 0.95, ratio))
+        finally:
+            partitioner.force_smallest = False
+        if not tried:
+            raise first_error
         best = min(tried, key=lambda p: p.measured_peak_bytes)
+        # as a budget fraction; capped at 1.0, the budget that always gets compile's own plan
+        frac = min(1.0, (best.measured_peak_bytes - best.fixed_bytes) / max(1, best.default_peak_bytes
+                                                                              - best.fixed_bytes))
         raise CompiledBudgetError(
-            f"no plan found measures within the budget {format_bytes(best.budget_bytes)} ({best.budget_bytes} "
-            f"bytes) after {len(tried)} compiles: the smallest compiled step measured "
-            f"{format_bytes(best.measured_peak_bytes)} ({best.measured_peak_bytes} bytes)",
-            smallest_bytes=best.measured_peak_bytes)
+            f"`budget` {format_bytes(best.budget_bytes)} ({best.budget_bytes} bytes) is below the smallest budget "
+            f"at which a plan was found: {format_bytes(best.measured_peak_bytes)} ({best.measured_peak_bytes} "
+            f"bytes, {frac:.3f} of activation memory), measured at compile time after {len(tried)} compiles "
+            f"(planning model {format_bytes(best.model_peak_bytes)}, generated code "
+            f"{format_bytes(best.code_peak_bytes or 0)})" + (f"; the planning model: {first_error}" if first_error
+                                                               else ""),
+            smallest_bytes=best.measured_peak_bytes, smallest_fraction=frac)
 
     remat_backend.partitioner = partitioner
     return remat_backend
