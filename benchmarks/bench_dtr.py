@@ -9,6 +9,11 @@ monotone in the budget: it is the smallest budget found that works). The referen
 optimum, or the best schedule and the proven bound when the time limit stops it) and ``lp-rounding``, on the
 two small graphs only, each in a child process under ``prlimit --as`` and a time limit.
 
+Part 1b (``--part numbering``). ``solve(method="dtr")`` as a user calls it, on ``dtr_dags`` (numbered in the order the
+operators ran) and ``dtr_dags_dfs_order`` (the same graphs numbered depth-first), at the same bytes: 0.5, 0.3 and
+0.2 of the run-order checkpoint-all peak and simrd's own 0.5 where its peak ratio is known; simrd's published
+figures beside.
+
 Part 2 (live, ``--part live``). A CNN with BatchNorm and dropout and a tree-structured recursive network whose
 shape depends on the input, one training step each on CPU: eager, and under ``remat_torch.dtr`` at 0.5 and 0.3
 of the activation memory the runtime tracks for that step (``activation_peak_bytes``). Peak: the runtime's
@@ -201,6 +206,97 @@ def render_sim(raw: dict) -> str:
     ])
 
 
+# ------------------------------------------------------------------ both numberings, with simrd's figures beside
+#: simrd (the DTR authors' simulator, h_DTR_eq, run on the same recordings; ../shared/data/dtr_dags/README.md): its
+#: compute overhead at 0.5 of its own baseline peak, and the ratio (our checkpoint-all peak) / (its baseline peak)
+#: where known, so that its 0.5 is ``0.5 / ratio`` of our peak in bytes
+SIMRD_AT_HALF = {"LSTM_512": 1.07, "TreeLSTM_D.6": 1.13, "Unrolled_GAN": 1.07, "DenseNet-121_84": 1.18,
+                 "Transformer_10": 1.06, "U-Net_6": 1.16}
+SIMRD_PEAK_RATIO = {"LSTM_512": 0.77, "TreeLSTM_D.6": 0.75, "DenseNet-121_84": 1.48, "U-Net_6": 1.33}
+#: simrd given the bytes of 0.5 of our checkpoint-all peak
+SIMRD_AT_OUR_HALF = {"LSTM_512": 1.18, "TreeLSTM_D.6": 1.21}
+NUMBERING_FRACTIONS = [0.5, 0.3, 0.2]
+NUMBERING_FOLDERS = {"run order": "dtr_dags", "depth-first": "dtr_dags_dfs_order"}
+NUMBERING_NOTES = """Reading the table: each cell is what `solve(g, budget, method="dtr", find_min_budget=False)` returns
+(its `objective`: compute over one pass), the budget in bytes being the fraction of the checkpoint-all peak of the
+*run-order* graph, so both numberings get the same bytes. The run that won is in brackets: `stages` (the stage-form
+run in the file's numbering), `stages, aware` (the stage run on the graph renumbered in
+`remat_core.order.memory_aware_order`, brought back as a sequence), `given` (the run as it runs, simrd's semantics,
+in the file's numbering) or `aware` (the same in the memory-aware order). A run as it runs stops as thrashing at 2x the compute (simrd's
+cutoff); the stage run at 50 computations per node. "simrd @ its 0.5" is simrd at 0.5 of its own baseline peak, and
+"ours @ those bytes" is ours given the same number of bytes (0.5 / ratio of our peak, where the ratio is known);
+"simrd @ our 0.5" is simrd given the bytes of our 0.5. simrd's figures come from ../shared/data/dtr_dags/README.md
+(run by the lead on the same recordings), not from this script."""
+
+
+def _numbering_cell(g, budget: int) -> dict:
+    t0 = time.perf_counter()
+    r = solve(g, budget, method="dtr", find_min_budget=False)
+    base = float(g.cost.sum())
+    costs = {k: (v / base if v is not None else None) for k, v in r.stats["run_costs"].items()}
+    return dict(overhead=r.objective / base if r.success else None, run=r.stats.get("run"), runs=costs,
+                thrashed=r.stats.get("thrashed"), time_s=time.perf_counter() - t0)
+
+
+def run_numbering(graphs: list[str]) -> dict:
+    """``dtr`` on both numberings at 0.5 / 0.3 / 0.2 of the run-order peak and at simrd's byte counts."""
+    raw: dict = {}
+    data = os.path.dirname(dtr_graph_path(graphs[0]))
+    for name in graphs:
+        run_order = load_dtr_dag(os.path.join(data, f"{name}.json"))
+        peak = checkpoint_all_peak_bytes(run_order)
+        budgets = {f"{f}": int(f * peak) for f in NUMBERING_FRACTIONS}
+        if name in SIMRD_PEAK_RATIO:
+            budgets["simrd 0.5"] = int(0.5 / SIMRD_PEAK_RATIO[name] * peak)
+        entry = dict(n=run_order.n, peak=peak, budgets=budgets, folders={})
+        for label, folder in NUMBERING_FOLDERS.items():
+            g = run_order if folder == "dtr_dags" else load_dtr_dag(
+                os.path.join(os.path.dirname(data), folder, f"{name}.json"))
+            entry["folders"][label] = {key: _numbering_cell(g, b) for key, b in budgets.items()}
+            print(name, label, {k: (round(c["overhead"], 3) if c["overhead"] else None, c["run"])
+                                for k, c in entry["folders"][label].items()}, flush=True)
+        raw[name] = entry
+    return raw
+
+
+def render_numbering(raw: dict) -> str:
+    def cell(c: dict | None) -> str:
+        if c is None:
+            return "-"
+        if c["overhead"] is None:
+            return "thrash" if c.get("thrashed") else "infeasible"
+        short = {"memory-aware": "aware", "stages memory-aware": "stages, aware"}.get(c["run"], c["run"])
+        return f"{c['overhead']:.3f} ({short})"
+
+    head = ["graph", "numbering"] + [f"ours @{f}" for f in NUMBERING_FRACTIONS] + [
+        "simrd @ its 0.5", "ours @ those bytes", "simrd @ our 0.5", "stage run @0.5 (before)"]
+    rows = []
+    for name, e in raw.items():
+        for label, cells in e["folders"].items():
+            stage = cells["0.5"]["runs"].get("stages")
+            rows.append([name, label] + [cell(cells.get(f"{f}")) for f in NUMBERING_FRACTIONS] + [
+                SIMRD_AT_HALF.get(name, "-"), cell(cells.get("simrd 0.5")), SIMRD_AT_OUR_HALF.get(name, "-"),
+                f"{stage:.3f}" if stage else "infeasible"])
+
+    def verdict(ours: float | None, theirs: float) -> str:
+        if ours is None:
+            return f"no schedule against simrd's {theirs:.2f} (below)"
+        word = "at" if abs(ours - theirs) <= 0.005 else ("past" if ours < theirs else "below")
+        return f"{ours:.3f} against simrd's {theirs:.2f} ({word})"
+
+    lines = []
+    for name, e in raw.items():
+        for label, cells in e["folders"].items():
+            said = []
+            if "simrd 0.5" in cells:
+                said.append("at simrd's 0.5 in bytes " + verdict(cells["simrd 0.5"]["overhead"], SIMRD_AT_HALF[name]))
+            if name in SIMRD_AT_OUR_HALF:
+                said.append("at our 0.5 " + verdict(cells["0.5"]["overhead"], SIMRD_AT_OUR_HALF[name]))
+            if said:
+                lines.append(f"* {name}, {label}: " + "; ".join(said) + ".")
+    return table(head, rows) + "\n\nAgainst the authors' simulator at equal bytes (at: within 0.005):\n\n" + "\n".join(lines)
+
+
 # --------------------------------------------------------------------------------------------------- live runtime
 def live_models():
     import torch
@@ -310,7 +406,7 @@ def render_live(rows: list[dict]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", choices=("sim", "live", "all", "none"), default="all")
+    ap.add_argument("--part", choices=("sim", "numbering", "live", "all", "none"), default="all")
     ap.add_argument("--quick", action="store_true", help="three graphs, no ilp, one timing run")
     ap.add_argument("--ilp-limit", type=float, default=120.0, help="time limit of ilp / lp-rounding (0: skip)")
     ap.add_argument("--repeats", type=int, default=5, help="timing runs of the live part")
@@ -330,6 +426,9 @@ def main() -> None:
                     entry["exact"] = previous[name]["exact"]
         saved["sim_header"] = f"`{command_line()}` on {machine_line()}"
         plot_sim(saved["sim"], os.path.join(RESULTS, "dtr.png"))
+    if args.part in ("numbering", "all"):
+        saved["numbering"] = run_numbering(["U-Net_6", "ResNet-32_56"] if args.quick else DTR_GRAPHS)
+        saved["numbering_header"] = f"`{command_line()}` on {machine_line()}"
     if args.part in ("live", "all"):
         saved["live"] = run_live(1 if args.quick else args.repeats)
         saved["live_header"] = f"`{command_line()}` on {machine_line()}"
@@ -340,6 +439,9 @@ def main() -> None:
                   "Compute over checkpoint-all (every node once) at 0.5 of the checkpoint-all peak, per heuristic; "
                   f"published (DTR paper, h_DTR_eq, their simulator): {PUBLISHED}. Plot: `results/dtr.png`.",
                   render_sim(saved["sim"]), "![dtr](results/dtr.png)", SIM_NOTES]
+    if "numbering" in saved:
+        parts += ["### Both numberings, simrd beside (issue 41)", saved["numbering_header"] + ".",
+                  render_numbering(saved["numbering"]), NUMBERING_NOTES]
     if "live" in saved:
         parts += [saved["live_header"] + ". One training step on CPU (one thread), budgets as fractions of the "
                   "activation memory the runtime tracks for the step; the machine is shared and noisy, times are "
