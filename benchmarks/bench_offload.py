@@ -50,6 +50,7 @@ import _report  # noqa: E402
 from remat_core import checkpoint_all_peak_bytes, load_dtr_dag, make_plan, solve  # noqa: E402
 from remat_core.batch import batch_size_upper_bound, forward_pass_cost_cap  # noqa: E402
 from remat_core.host import offload_all_plan, simulate_host, solve_offload  # noqa: E402
+from remat_core.host.greedy import plan_from_sequence  # noqa: E402
 from remat_core.units import min_budget_bytes  # noqa: E402
 from remat_core.zoo import zoo_graph  # noqa: E402
 
@@ -78,7 +79,9 @@ def sweep_graph(label: str, g, spans) -> dict:
     fracs = [(b - g.fixed_bytes) / (top - g.fixed_bytes) for b in budgets]
     t0 = time.perf_counter()
     remat = [solve(g, b, method=REMAT) for b in budgets]
-    plans = [make_plan(g, r.schedule) if r.success else None for r in remat]   # planned once, used by every cell
+    # planned once, used by every cell; dtr's run recorded as events is its plan (its schedule is the stage form)
+    plans = [None if not r.success else plan_from_sequence(g, r.sequence) if r.sequence is not None
+             else make_plan(g, r.schedule) for r in remat]
     offall = offload_all_plan(g)
     rows = []
     for bw in BANDWIDTHS:

@@ -22,7 +22,7 @@ host_bandwidth`` seconds. What lives here:
   host_bandwidth=...)`` calls, returning a :class:`HostResult`.
 
 Imports: numpy, and the core modules below the package namespace (graph,
-chain, schedule, simulate, plan, units, errors, and ``solvers`` for the remat
+chain, schedule, simulate, plan, sequence, units, errors, and ``solvers`` for the remat
 plans it starts from). Never torch or tensorflow, and no module below imports
 this package (``solvers.solve`` reaches it through its registry of methods).
 """

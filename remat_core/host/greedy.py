@@ -30,7 +30,7 @@ from ..schedule import Schedule
 from .plan import HostPlan, Offload, Prefetch, Wait
 from .simulate import cost_per_second, simulate_host, validate_bandwidth
 
-__all__ = ["offload_to_budget", "offload_all_plan", "checkpoint_all"]
+__all__ = ["offload_to_budget", "offload_all_plan", "checkpoint_all", "plan_from_sequence"]
 
 #: Candidates scored per step of :func:`offload_to_budget` (the largest values that could leave the device there).
 MAX_CANDIDATES = 64
@@ -59,6 +59,40 @@ def checkpoint_all(graph: Graph) -> tuple[Schedule, ExecutionPlan]:
         _CHECKPOINT_ALL.pop(next(iter(_CHECKPOINT_ALL)))
     _CHECKPOINT_ALL[id(graph)] = (graph, sched, plan)
     return sched, plan
+
+
+def plan_from_sequence(graph: Graph, sequence: Any) -> ExecutionPlan:
+    """The execution plan of a remat run recorded as events (:class:`remat_core.sequence.OpSequence`, what
+    ``dtr`` returns when it has no stage schedule): a register per computation, reads of a node's newest
+    copy, a free of its oldest, the values still resident freed at the end. A computation's stage is the
+    largest node computed so far (the frontier).
+
+    Examples
+    --------
+    >>> from remat_core import Schedule, make_plan
+    >>> from remat_core.sequence import from_schedule
+    >>> from remat_core.zoo import linear_graph
+    >>> g = linear_graph(3)
+    >>> ck = Schedule.checkpoint_all(g)
+    >>> plan_from_sequence(g, from_schedule(g, ck)).computes() == make_plan(g, ck).computes()
+    True
+    """
+    from ..sequence import COMPUTE
+
+    regs: dict[int, list[int]] = {}
+    out: list = []
+    frontier = -1
+    nxt = 0
+    for kind, node in zip(sequence.kind.tolist(), sequence.node.tolist()):
+        if kind == COMPUTE:
+            frontier = max(frontier, node)
+            out.append(Compute(node, nxt, tuple(regs[i][-1] for i in graph.deps[node]), frontier))
+            regs.setdefault(node, []).append(nxt)
+            nxt += 1
+        else:
+            out.append(Free(regs[node].pop(0), node))
+    out += [Free(r, node) for node, rs in sorted(regs.items()) for r in rs]
+    return ExecutionPlan(out, graph.n, hoisted=False)
 
 
 def _base_plan(graph: Graph, base: Any) -> ExecutionPlan:

@@ -36,7 +36,7 @@ from ..plan import ExecutionPlan, InvalidPlanError
 from ..schedule import RematResult, Schedule, SolveStatus
 from ..simulate import checkpoint_all_peak_bytes
 from .dtr import dtr_swap_plan
-from .greedy import checkpoint_all, offload_all_plan, offload_to_budget
+from .greedy import checkpoint_all, offload_all_plan, offload_to_budget, plan_from_sequence
 from .plan import HostPlan
 from .pofo import pofo_plan, pofo_solve
 from .simulate import HostSimulation, simulate_host, validate_bandwidth
@@ -284,8 +284,11 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
                 opts["time_limit_s"] = float(opts["time_limit_s"]) / len(ladder)
             for b in ladder:
                 res = remat_solve(graph, b, method=method, **opts)
-                if res.success:
-                    starts.append((f"{method} at {b} bytes", res.schedule))
+                if res.success:   # a run recorded as events (dtr) starts from that run, the schedule its stage form
+                    seq = getattr(res, "sequence", None)
+                    use_seq = seq is not None and not (schedule_required and res.schedule is not None)
+                    starts.append((f"{method} at {b} bytes",
+                                   plan_from_sequence(graph, seq) if use_seq else res.schedule))
         ck_sched, ck_plan = checkpoint_all(graph)
         starts.append(("checkpoint-all", ck_sched))
         for name, sched in starts:

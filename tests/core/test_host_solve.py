@@ -156,3 +156,24 @@ def test_plan_file_round_trip_keeps_the_copies(tmp_path):
     assert from_cli.host_plan.statements == solve(linear_graph(6), 5, method="pofo", host_bandwidth=math.inf
                                                   ).host_plan.statements
     assert {Offload, Prefetch, Wait} <= {type(s) for s in from_cli.host_plan.statements}
+
+
+def test_a_run_recorded_as_events_is_a_plan_with_the_same_time_and_peak():
+    from remat_core.host import host_plan_from_execution_plan
+    from remat_core.host.greedy import plan_from_sequence
+
+    checked = 0
+    for seed in range(3):
+        g = _graph(seed, layers=8)
+        top = checkpoint_all_peak_bytes(g)
+        for frac in (0.9, 0.6, 0.4):
+            res = solve(g, int(frac * top), method="dtr")
+            if not res.success or res.sequence is None:
+                continue
+            checked += 1
+            sim = simulate_host(g, host_plan_from_execution_plan(plan_from_sequence(g, res.sequence)))
+            assert (sim.time, sim.peak_device_bytes) == (res.objective, res.peak_memory_bytes)
+            # the joint search starts from that run: never slower than it
+            joint = solve_offload(g, int(frac * top), method="dtr", host_bandwidth=1.0)
+            assert joint.objective <= res.objective
+    assert checked >= 5   # 5 of the 9 (graph, budget) pairs have a dtr plan
