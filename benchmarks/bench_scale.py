@@ -13,6 +13,7 @@ Writes ``results/scale.json``, ``results/scale.png`` and the README section "sca
     .venv/bin/python benchmarks/bench_scale.py --report-only
     .venv/bin/python benchmarks/bench_scale.py --size-rule   # ilp / lp-rounding / auto around auto's thresholds
     .venv/bin/python benchmarks/bench_scale.py --layered     # issue 37: random layered graphs, 250-2,000 nodes
+    .venv/bin/python benchmarks/bench_scale.py --lns         # issue 37: the windowed MILP's time per program
 """
 
 from __future__ import annotations
@@ -387,6 +388,8 @@ def main() -> None:
                     help="ilp references on small graphs for docs/large_graphs.rst (results/scale_references.json)")
     ap.add_argument("--planning", action="store_true",
                     help="the default auto call's wall time on 119-181-node zoo models (section scale-planning)")
+    ap.add_argument("--lns", action="store_true",
+                    help="the windowed MILP's time per program at the smallest found budgets (section scale-lns)")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -414,6 +417,9 @@ def main() -> None:
         return
     if args.references:
         references_main()
+        return
+    if args.lns:
+        lns_main(args)
         return
     if args.planning:
         planning_main()
@@ -545,6 +551,54 @@ def planning_main() -> None:
         "start of each call, on 2 cores. *gap*: cost over auto's lower bound minus one (none: optimal or no "
         "schedule).", "",
         table(["graph", "nodes", "budget", "status", "wall s", "gap", "path", "chosen", "load"], body)]))
+
+
+#: The windowed-MILP search's time per program (section scale-lns): from auto's 10 s schedule at the smallest found
+#: budget, :func:`remat_core.solvers.lns.improve_windows` alone with each ``window_s``, to the same limit.
+LNS = {"graphs": ["layered-66-s7", "layered-128-s7"], "window_s": (1.0, 4.0), "limit": 120.0}
+
+
+def lns_main(args) -> None:
+    """Section scale-lns: cost over the bound after ``improve_windows`` with each time per program; its CPU time."""
+    from remat_core import solve
+    from remat_core.solvers.lns import improve_windows
+
+    limit = float(args.limits) if args.limits else LNS["limit"]
+    rows = []
+    meta = {"machine": machine_line(), "command": command_line()}
+    for gname in (args.graphs.split(",") if args.graphs else LNS["graphs"]):
+        g = load(gname)
+        budget = smallest_found_budget(g)
+        start = solve(g, budget, method="auto", time_limit_s=10)
+        for window_s in LNS["window_s"]:
+            row = {"graph": gname, "n": g.n, "budget": budget, "window_s": window_s, "limit": limit,
+                   "load": round(os.getloadavg()[0], 1), "start": start.objective / start.lower_bound}
+            t0, c0 = time.perf_counter(), time.process_time()
+            trace: list = []
+            best, info = improve_windows(
+                g, start.schedule, budget, deadline=t0 + limit, window_s=window_s, lower_bound=start.lower_bound,
+                offer=lambda s: trace.append((round(time.perf_counter() - t0, 1), s.cost(g) / start.lower_bound)))
+            assert simulate_peak(g, best) <= budget
+            row.update(end=best.cost(g) / start.lower_bound, cpu_s=time.process_time() - c0,
+                       wall_s=time.perf_counter() - t0, trace=trace, **info)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            save_json("scale_lns", {"meta": meta, "rows": rows})
+    out = [[r["graph"], r["n"], r["window_s"], f"{r['start']:.4f}", f"{r['end']:.4f}", r["windows"], r["improved"],
+            f"{r['cpu_s']:.1f}", f"{r['wall_s']:.0f}", r["load"]] for r in rows]
+    write_section("scale-lns", "\n".join([
+        "## scale-lns: the windowed MILP's time per program (issue 37)", "",
+        f"`{meta['command']}` ({meta['machine']}). From auto's 10 s schedule at the smallest found budget, "
+        "`remat_core.solvers.lns.improve_windows` alone with each `window_s` (the time one window's program may run) "
+        f"for {limit:g} s of wall time; *start*, *end*: cost over auto's lower bound; *cpu s*: this process's CPU "
+        "time in that wall time (the machine is shared: the load is the one-minute load average at the start).", "",
+        table(["graph", "nodes", "window_s", "start", "end", "windows", "improved", "cpu s", "wall s", "load"], out)]))
+
+
+def simulate_peak(g, schedule) -> int:
+    from remat_core import simulate
+
+    return simulate(g, schedule).peak_memory_bytes
 
 
 def layered_main(args) -> None:
