@@ -563,6 +563,10 @@ def lns_main(args) -> None:
     from remat_core import solve
     from remat_core.solvers.lns import improve_windows
 
+    if args.report_only:
+        data = json.load(open(os.path.join(RESULTS, "scale_lns.json")))
+        write_section("scale-lns", render_lns(data["rows"], data["meta"]))
+        return
     limit = float(args.limits) if args.limits else LNS["limit"]
     rows = []
     meta = {"machine": machine_line(), "command": command_line()}
@@ -584,15 +588,21 @@ def lns_main(args) -> None:
             rows.append(row)
             print(json.dumps(row), flush=True)
             save_json("scale_lns", {"meta": meta, "rows": rows})
+    write_section("scale-lns", render_lns(rows, meta))
+
+
+def render_lns(rows: list[dict], meta: dict) -> str:
+    """The section scale-lns."""
     out = [[r["graph"], r["n"], r["window_s"], f"{r['start']:.4f}", f"{r['end']:.4f}", r["windows"], r["improved"],
             f"{r['cpu_s']:.1f}", f"{r['wall_s']:.0f}", r["load"]] for r in rows]
-    write_section("scale-lns", "\n".join([
+    return "\n".join([
         "## scale-lns: the windowed MILP's time per program (issue 37)", "",
         f"`{meta['command']}` ({meta['machine']}). From auto's 10 s schedule at the smallest found budget, "
         "`remat_core.solvers.lns.improve_windows` alone with each `window_s` (the time one window's program may run) "
-        f"for {limit:g} s of wall time; *start*, *end*: cost over auto's lower bound; *cpu s*: this process's CPU "
-        "time in that wall time (the machine is shared: the load is the one-minute load average at the start).", "",
-        table(["graph", "nodes", "window_s", "start", "end", "windows", "improved", "cpu s", "wall s", "load"], out)]))
+        f"for {rows[0]['limit'] if rows else 0:g} s of wall time; *start*, *end*: cost over auto's lower bound; "
+        "*cpu s*: this process's CPU time in that wall time (the machine is shared: the load is the one-minute load "
+        "average at the start).", "",
+        table(["graph", "nodes", "window_s", "start", "end", "windows", "improved", "cpu s", "wall s", "load"], out)])
 
 
 def simulate_peak(g, schedule) -> int:
