@@ -340,8 +340,8 @@ def _polish(best: _Best, graph: Graph, budget_bytes: int, deadline: float | None
     from .segments import polish
 
     name, res = candidate if candidate is not None else (best.method, best.result)
-    if res is None or res.status is SolveStatus.OPTIMAL:
-        return
+    if res is None or res.schedule is None or res.status is SolveStatus.OPTIMAL:
+        return   # (a DTR run that succeeded only as it runs has a sequence and no stage schedule to polish)
     if deadline is not None and deadline - time.perf_counter() < 8 * sim_s + 0.2:
         return   # a round is a timeline simulation, the optimal R and another simulation
     t0 = time.perf_counter()
