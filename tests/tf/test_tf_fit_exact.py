@@ -132,8 +132,8 @@ def efficientnet(size):
     (mobilenet, 48, 8, ("smallest",)),
     (transformer, 4, 8, (0.6, "smallest")),
     pytest.param(mobilenet, 64, 8, (0.6, "smallest"), marks=pytest.mark.slow),
-    pytest.param(app("ResNet50"), 64, 4, (0.6, "smallest"), marks=pytest.mark.slow),
-    pytest.param(app("DenseNet121"), 64, 4, (0.6, "smallest"), marks=pytest.mark.slow),
+    pytest.param(app("ResNet50"), 64, 4, (0.6, "smallest"), marks=pytest.mark.slow, id="ResNet50-64-4"),
+    pytest.param(app("DenseNet121"), 64, 4, (0.6, "smallest"), marks=pytest.mark.slow, id="DenseNet121-64-4"),
     pytest.param(efficientnet, 64, 4, (0.6, "smallest"), marks=pytest.mark.slow),
 ])
 def test_fit_equals_plain_fit_float64(float64, build, size, batch, budgets):
