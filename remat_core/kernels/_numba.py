@@ -556,19 +556,11 @@ def dtr(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, budget, h
 # DTR as it runs, recorded as an operation sequence (the spec: _reference.dtr_sequence)
 # ---------------------------------------------------------------------------------------------------------------
 @njit(cache=True, nogil=True)
-def _grow_i64(a, size):  # pragma: no cover - compiled
+def _grow(a, size):  # pragma: no cover - compiled
+    """``a``, or a copy twice as long, so that index ``size`` exists (any dtype)."""
     if size < a.shape[0]:
         return a
     b = np.empty(2 * a.shape[0] + 16, dtype=a.dtype)
-    b[:a.shape[0]] = a
-    return b
-
-
-@njit(cache=True, nogil=True)
-def _grow_f64(a, size):  # pragma: no cover - compiled
-    if size < a.shape[0]:
-        return a
-    b = np.empty(2 * a.shape[0] + 16, dtype=np.float64)
     b[:a.shape[0]] = a
     return b
 
@@ -635,8 +627,8 @@ def _seq_out(info, code, p, x, need, peak, computations, evictions, kind, node, 
 @njit(cache=True, nogil=True)
 def _seq_event(kind, node, n_ev, k, v):  # pragma: no cover - compiled
     """Append event (k, v); returns the (possibly grown) arrays and the new count."""
-    kind = _grow_i64(kind, n_ev)
-    node = _grow_i64(node, n_ev)
+    kind = _grow(kind, n_ev)
+    node = _grow(node, n_ev)
     kind[n_ev] = k
     node[n_ev] = v
     return kind, node, n_ev + 1
@@ -646,10 +638,10 @@ def _seq_event(kind, node, n_ev, k, v):  # pragma: no cover - compiled
 def _seq_new_class(v, n_cls, cls, uf_parent, uf_size, uf_cost, root_seen, cost, dep_ptr, dep_idx, user_ptr,
                    user_idx, resident, seen_once):  # pragma: no cover - compiled
     """Freed v: a new class of cost[v], merged with the class of every evicted neighbour (h_dtr_eq)."""
-    uf_parent = _grow_i64(uf_parent, n_cls)
-    uf_size = _grow_i64(uf_size, n_cls)
-    uf_cost = _grow_f64(uf_cost, n_cls)
-    root_seen = _grow_i64(root_seen, n_cls)
+    uf_parent = _grow(uf_parent, n_cls)
+    uf_size = _grow(uf_size, n_cls)
+    uf_cost = _grow(uf_cost, n_cls)
+    root_seen = _grow(root_seen, n_cls)
     c = n_cls
     uf_parent[c] = c
     uf_size[c] = 1
