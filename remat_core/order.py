@@ -7,19 +7,19 @@ a depth-first numbering in which values wait long before anything reads them
 order it ran). Planning in such an order pays for the numbering, not for the
 model. This room holds:
 
-* :func:`liveness_peak_bytes` -- the peak of running every node once in an
+* :func:`~remat_core.order.liveness_peak_bytes` -- the peak of running every node once in an
   order, each value freed after its last reader in that order (the
   checkpoint-all peak of that order);
-* :func:`order_sequence` -- that run as an :class:`~remat_core.sequence.OpSequence`
+* :func:`~remat_core.order.order_sequence` -- that run as an :class:`~remat_core.sequence.OpSequence`
   (an order expressed as a sequence, judged by
   :func:`~remat_core.sequence.simulate_sequence`);
-* :func:`memory_aware_order` -- a topological order chosen for memory: a list
+* :func:`~remat_core.order.memory_aware_order` -- a topological order chosen for memory: a list
   schedule that runs next the ready node that brings a reader closest to
   running, preferring the readers of what was just computed (it recovers an
   execution-like order from a depth-first numbering);
-* :func:`candidate_orders` -- the orders a planner should try: the given one
+* :func:`~remat_core.order.candidate_orders` -- the orders a planner should try: the given one
   and the memory-aware one when it differs;
-* :func:`renumbered` and :func:`sequence_in_original_numbering` -- the graph
+* :func:`~remat_core.order.renumbered` and :func:`~remat_core.order.sequence_in_original_numbering` -- the graph
   numbered in another order, so that any stage-form planner runs in that
   order, and its plan (as a sequence) brought back to the graph's numbering.
 
@@ -115,7 +115,7 @@ def order_sequence(graph: Graph, order: Iterable[int]) -> OpSequence:
 
 
 def liveness_peak_bytes(graph: Graph, order: Iterable[int]) -> int:
-    """Peak of :func:`order_sequence` (fixed bytes and workspace included), without building it."""
+    """Peak of :func:`~remat_core.order.order_sequence` (fixed bytes and workspace included), without building it."""
     arr = check_order(graph, order)
     n = graph.n
     pos = np.empty(n, dtype=np.int64)
@@ -224,7 +224,7 @@ def memory_aware_order(graph: Graph) -> np.ndarray:
 
 def candidate_orders(graph: Graph) -> dict[str, np.ndarray]:
     """The orders worth planning in: ``"given"`` (the graph's numbering) and ``"memory-aware"``
-    (:func:`memory_aware_order`) when it differs from the given one."""
+    (:func:`~remat_core.order.memory_aware_order`) when it differs from the given one."""
     given = np.arange(graph.n, dtype=np.int64)
     out = {"given": given}
     aware = memory_aware_order(graph)
@@ -256,6 +256,6 @@ def renumbered(graph: Graph, order: Iterable[int]) -> Graph:
 
 
 def sequence_in_original_numbering(sequence: OpSequence, order: Iterable[int]) -> OpSequence:
-    """A sequence over :func:`renumbered` ``(graph, order)`` with its nodes named in ``graph``'s numbering."""
+    """A sequence over :func:`~remat_core.order.renumbered` ``(graph, order)`` with its nodes named in ``graph``'s numbering."""
     arr = np.asarray(order, dtype=np.int64)
     return OpSequence(sequence.kind.copy(), arr[sequence.node])

@@ -4,8 +4,8 @@ A stage schedule ``(R, S)`` fixes when each value is computed and which values
 cross each stage boundary; the executors run it as a sequence of "compute node
 k" and "free node i" events anyway. This room holds that sequence form:
 
-* :class:`OpSequence` -- two parallel arrays, ``kind`` (:data:`COMPUTE` or
-  :data:`FREE`) and ``node``; a node may be computed many times (recomputation)
+* :class:`OpSequence` -- two parallel arrays, ``kind`` (``COMPUTE`` or
+  ``FREE``) and ``node``; a node may be computed many times (recomputation)
   and freed many times, in any order a valid run allows, so a plan such as
   DTR's depth-first recomputation with short pins is expressed as it ran;
 * :func:`from_schedule` -- the sequence a stage schedule stands for, with the
@@ -48,7 +48,7 @@ FREE = 1
 
 @dataclass(frozen=True)
 class OpSequence:
-    """A run as events: ``kind[e]`` is :data:`COMPUTE` or :data:`FREE` of ``node[e]``.
+    """A run as events: ``kind[e]`` is ``COMPUTE`` or ``FREE`` of ``node[e]``.
 
     Values not freed by the end stay resident (they do not change the peak).
     """
