@@ -190,12 +190,34 @@ def _seconds_per_computation(best: _Best, name: str, slowdown: float = 1.0) -> f
     return max(ref["time_s"], 5e-4) / ref["computations"] * slowdown
 
 
+_dtr_warm = False
+
+
+def _warm_dtr() -> None:
+    """Run DTR once on a 4-node chain (its run as it runs, and the stage run of the anytime search), once per
+    process: the first run compiles the kernels (3-6 s at a load average of 20 since 44a60c0), and a first
+    timed run that includes it made every later DTR estimate too slow (random_training_graph(12, 3, seed=7) at
+    its smallest found budget: msps and the feasibility phase skipped, no schedule in 10 s; found 458 once warm)."""
+    global _dtr_warm
+    if _dtr_warm:
+        return
+    _dtr_warm = True
+    from ..zoo import linear_graph
+    from .dtr import dtr_run
+
+    g = linear_graph(4)
+    budget = int(g.min_budget_lower_bound_bytes())
+    _run("dtr", g, budget, find_min_budget=False)
+    dtr_run(g, budget, "h_dtr_eq", 0, 10.0)
+
+
 def _dtr_within(best: _Best, graph: Graph, budget_bytes: int, left: Any, name: str,
                 **options: Any) -> RematResult | None:
     """One DTR run that cannot outlast the time left: its computation cap is set from the time a computation
     took in the baselines' DTR run (that first run itself is capped at :data:`_FIRST_DTR_COMPUTE_FACTOR`), so
     that a thrashing run stops in time (a run is not interruptible otherwise); ``None`` (and ``skipped``) when
     even one pass does not fit."""
+    _warm_dtr()   # so that the time of this run, which sizes every later DTR run, is the run's alone
     remaining = left()
     cap = None
     if remaining is not None:
@@ -443,8 +465,9 @@ def _lns(best: _Best, graph: Graph, budget_bytes: int, deadline: float | None, s
     from .lns import improve_windows
 
     res = best.result
-    if res is None or res.status is SolveStatus.OPTIMAL or (deadline is not None and deadline <= time.perf_counter()):
-        return
+    if res is None or res.schedule is None or res.status is SolveStatus.OPTIMAL or (
+            deadline is not None and deadline <= time.perf_counter()):
+        return   # nothing to improve (a DTR run recorded only as it ran has no stages to re-optimize)
     t0 = time.perf_counter()
     name = f"lns({best.method})" if not best.method.startswith("lns(") else best.method
 
@@ -710,7 +733,7 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
         stats["gap_note"] = note
         note = f" ({note})"
     return RematResult(status=status, schedule=res.schedule, lower_bound=lb, backend=res.backend, stats=stats,
-                       message=f"auto ({path} path): {best.method}: {res.message}{note}")
+                       message=f"auto ({path} path): {best.method}: {res.message}{note}", sequence=res.sequence)
 
 
 def _gap_note(gap: float, method: str, exact_bound: bool) -> str:
