@@ -129,6 +129,9 @@ class _Best:
         self.lower_bound: float | None = None
         self.tried: dict[str, Any] = {}
         self.min_budget: int | None = None
+        # the cheapest result with a stage schedule (the windowed MILP's start): a DTR run recorded as it ran may
+        # be the best and have none
+        self.staged: tuple[str, RematResult] | None = None
 
     def offer(self, name: str, res: RematResult) -> None:
         self.tried[name] = {"status": res.status.value, "objective": res.objective,
@@ -142,6 +145,10 @@ class _Best:
             self.min_budget = int(mb) if self.min_budget is None else min(self.min_budget, int(mb))
         if res.success and (self.result is None or res.objective < self.result.objective):
             self.result, self.method = res, name
+        if res.success and res.schedule is not None:
+            cost = res.schedule.cost(self.graph)
+            if self.staged is None or cost < self.staged[1].schedule.cost(self.graph):
+                self.staged = (name, res)
 
 
 def _run(name: str, graph: Graph, budget_bytes: int, **options: Any) -> RematResult | None:
@@ -464,16 +471,16 @@ def _lns(best: _Best, graph: Graph, budget_bytes: int, deadline: float | None, s
     from . import verify_result
     from .lns import improve_windows
 
-    res = best.result
-    if res is None or res.schedule is None or res.status is SolveStatus.OPTIMAL or (
+    if best.staged is None or best.result.status is SolveStatus.OPTIMAL or (
             deadline is not None and deadline <= time.perf_counter()):
-        return   # nothing to improve (a DTR run recorded only as it ran has no stages to re-optimize)
+        return   # nothing to improve: no stage schedule (a DTR run recorded only as it ran has none), or optimal
+    method, res = best.staged
     t0 = time.perf_counter()
-    name = f"lns({best.method})" if not best.method.startswith("lns(") else best.method
+    name = f"lns({method})" if not method.startswith("lns(") else method
 
     def offer(schedule: Any) -> None:
         out = RematResult(status=SolveStatus.FEASIBLE, schedule=schedule, budget_bytes=budget_bytes, method=name,
-                          message=f"{best.method}'s schedule, re-optimized by the exact MILP on windows of stages")
+                          message=f"{method}'s schedule, re-optimized by the exact MILP on windows of stages")
         verify_result(graph, out)
         out.solve_time_s = time.perf_counter() - t0
         best.offer(name, out)
