@@ -210,10 +210,30 @@ def simulate(code: dict, inputs: dict | None = None) -> tuple[int, int, list]:
         elif m := _DEL.match(line):
             drop(m.group(1))
         elif m := _RETURN.match(line):
-            returned = [x.strip() for x in m.group(1).split(",") if x.strip()]
+            returned = [_base(x) for x in _split_top(m.group(1)) if x.strip()]
             break
     outs = [(var.get(name), nbytes.get(var.get(name), 0)) for name in returned]
     return peak, live, outs
+
+
+def _split_top(text: str) -> list:
+    """``text`` split at the commas outside parentheses (a return tuple may hold ``reinterpret_tensor(...)``)."""
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch == "," and depth == 0:
+            parts.append("".join(cur).strip())
+            cur = []
+            continue
+        depth += (ch in "([") - (ch in ")]")
+        cur.append(ch)
+    parts.append("".join(cur).strip())
+    return parts
+
+
+def _base(expr: str) -> str:
+    """The variable a returned expression reads: ``bufN`` of ``reinterpret_tensor(bufN, ...)``, else itself."""
+    m = re.match(r"^reinterpret_tensor\((\w+),", expr.strip())
+    return m.group(1) if m else expr.strip()
 
 
 def step_peak(forward: dict, backward: dict, num_fwd_outputs: int) -> int:
