@@ -1190,18 +1190,22 @@ def _identity_module(n: int):
 
 
 def _hold_kept_outputs(groups, out_bytes):
-    """Give the outputs of a forward node that the backward reads a holder node of their own, when the
-    node's other outputs are larger and only the forward reads them.
+    """Give the outputs of a forward node that are read later than its largest output a holder node of
+    their own, so that the node is freed after the last reader of that output.
 
     A node's outputs live and die together. ``_native_batch_norm_legit_functional``
     returns the normalized tensor (read once, by the ReLU after it) with the
-    batch statistics (a few bytes, read by the backward): kept as one value,
-    the normalized tensor would stay to the backward, which eager autograd
-    never keeps. The holder (no ops) takes the small outputs, the backward
-    reads them from it, and the node is freed after its last forward reader.
-    The holder's bytes are counted again while both are live: a slight
-    overestimate. ``out_bytes`` maps a group's name to the bytes of each of
-    its outputs.
+    batch statistics (a few bytes, read by the backward); ``native_layer_norm``
+    returns its output (read by the next projections and, for their weight
+    gradients, by their backward ops) with the mean and reciprocal standard
+    deviation (read by its own backward, later still). Kept as one value, the
+    large output would stay until the last of those readers, which eager
+    autograd never does. The holder (no ops) takes the outputs read after the
+    largest output's last reader, their readers read them from it, and the
+    node is freed after the largest output's last reader. This is done when
+    the held outputs are smaller than the rest. The holder's bytes are counted
+    again while both are live: a slight overestimate. ``out_bytes`` maps a
+    group's name to the bytes of each of its outputs.
     """
     readers: dict[int, list] = {}  # group -> [(reader, input position, output index)]
     for j, spec in enumerate(groups):
@@ -1211,19 +1215,23 @@ def _hold_kept_outputs(groups, out_bytes):
     out: list = []
     new_pos: dict[int, int] = {}
     moved: dict[tuple, tuple] = {}  # (group, output index) -> (holder group in `out`, its output index)
-    extra_bytes: list = []
     for k, spec in enumerate(groups):
         new_pos[k] = len(out)
         out.append(spec)
-        extra_bytes.append(None)
         if spec.is_backward or not spec.ops or len(spec.outputs) < 2 or spec.name not in out_bytes:
             continue
-        rs = readers.get(k, [])
-        held = sorted({i for j, _, i in rs if groups[j].is_backward})
+        last: dict[int, int] = {}
+        for j, _, i in readers.get(k, []):
+            last[i] = max(last.get(i, -1), j)
         joint = {i for i, _ in spec.joint_outputs}
-        rest = [i for i in range(len(spec.outputs)) if i not in held and i not in joint]
         sizes = out_bytes[spec.name]
-        if not held or not rest or sum(sizes[i] for i in held) >= sum(sizes[i] for i in rest):
+        free = [i for i in range(len(spec.outputs)) if i not in joint]
+        if not free:
+            continue
+        big = max(free, key=lambda i: (sizes[i], -last.get(i, -1)))
+        held = [i for i in range(len(spec.outputs)) if last.get(i, -1) > last.get(big, -1)]
+        rest = [i for i in free if i not in held]
+        if not held or sum(sizes[i] for i in held) >= sum(sizes[i] for i in rest):
             continue
         h = len(out)
         for n, i in enumerate(held):
@@ -1231,11 +1239,10 @@ def _hold_kept_outputs(groups, out_bytes):
         out.append(GroupSpec(
             name=f"{spec.name}:<kept>", fn=_identity_module(len(held)), inputs=[("node", k, i) for i in held],
             outputs=[spec.outputs[i] for i in held],
-            # a joint output (a buffer update the backward reads) stays one on the holder too: fixed memory
+            # a joint output (a buffer update read later) stays one on the holder too: fixed memory
             joint_outputs=[(n, j) for n, i in enumerate(held) for oi, j in spec.joint_outputs if oi == i],
             random=False, ops=(), scope=spec.scope, is_backward=False,
             memory_bytes=int(sum(sizes[i] for i in held)), workspace_bytes=0))
-        extra_bytes.append(None)
     for j, spec in enumerate(out):
         if spec.name.endswith(":<kept>"):
             spec.inputs = [("node", new_pos[s[1]], s[2]) for s in spec.inputs]
@@ -1244,7 +1251,7 @@ def _hold_kept_outputs(groups, out_bytes):
         for src in spec.inputs:
             if src[0] != "node":
                 new.append(src)
-            elif spec.is_backward and (src[1], src[2]) in moved:
+            elif (src[1], src[2]) in moved:
                 new.append(("node",) + moved[src[1], src[2]])
             else:
                 new.append(("node", new_pos[src[1]], src[2]))

@@ -89,6 +89,15 @@ def resident_bytes(model, batch) -> int:
     return total
 
 
+def loss_step(module, batch, seed=1):
+    """A step that keeps only the loss (``loss = model(**batch).loss``), as HF's Trainer does; returns it."""
+    module.zero_grad(set_to_none=True)
+    torch.manual_seed(seed)
+    loss = module(**batch).loss
+    loss.backward()
+    return loss.detach()
+
+
 def make(name, batch=B, seed=0):
     torch.manual_seed(seed)
     model, batch_kw = (MODELS.get(name) or {"resnet": resnet, "qwen2": qwen2}[name])(batch)

@@ -17,7 +17,8 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from hf_cases import make, resident_bytes  # noqa: E402  (skips without torch / transformers)
+from hf_cases import loss_step as _loss_step  # noqa: E402  (skips without torch / transformers)
+from hf_cases import make, resident_bytes  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -96,14 +97,6 @@ def test_a_model_with_cached_graphs_is_still_collected():
     del model, rm
     gc.collect()
     assert ref() is None
-
-
-def _loss_step(module, batch, seed=1):
-    module.zero_grad(set_to_none=True)
-    torch.manual_seed(seed)
-    loss = module(**batch).loss
-    loss.backward()
-    return loss.detach()
 
 
 def test_a_new_batch_size_takes_the_earlier_schedule():
