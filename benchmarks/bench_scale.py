@@ -572,12 +572,14 @@ def lns_main(args) -> None:
     meta = {"machine": machine_line(), "command": command_line()}
     for gname in (args.graphs.split(",") if args.graphs else LNS["graphs"]):
         g = load(gname)
-        budget = smallest_found_budget(g)
+        from remat_core.solvers.anytime import min_peak_schedules
+
+        # the smallest budget with a stage schedule (the feasibility phase's; DTR's runs recorded as they ran,
+        # since 44a60c0, may reach smaller budgets without one)
+        budget = min_peak_schedules(g, lambda name, res: None, 0)
         start = solve(g, budget, method="auto", time_limit_s=10)
         sched = start.schedule
         if sched is None:   # a DTR run recorded only as it ran: the feasibility phase's cheapest stage schedule
-            from remat_core.solvers.anytime import min_peak_schedules
-
             found: list = []
             min_peak_schedules(g, lambda name, res: found.append(res), budget)
             sched = min(found, key=lambda r: r.schedule.cost(g)).schedule
@@ -604,7 +606,8 @@ def render_lns(rows: list[dict], meta: dict) -> str:
             f"{r['cpu_s']:.1f}", f"{r['wall_s']:.0f}", r["load"]] for r in rows]
     return "\n".join([
         "## scale-lns: the windowed MILP's time per program (issue 37)", "",
-        f"`{meta['command']}` ({meta['machine']}). From auto's 10 s schedule at the smallest found budget (the "
+        f"`{meta['command']}` ({meta['machine']}). At the smallest budget the feasibility phase finds (a stage "
+        "schedule exists there), from auto's 10 s schedule (the "
         "feasibility phase's cheapest stage schedule where auto's is a DTR run recorded only as it ran), "
         "`remat_core.solvers.lns.improve_windows` alone with each `window_s` (the time one window's program may run) "
         f"for {rows[0]['limit'] if rows else 0:g} s of wall time; *start*, *end*: cost over auto's lower bound; "
