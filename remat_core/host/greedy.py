@@ -37,7 +37,7 @@ MAX_CANDIDATES = 64
 #: Candidates judged by the simulator per step (the best by the estimate), on plans of at most
 #: ``LOOKAHEAD_MAX_COMPUTES`` computations; larger plans use the estimate alone.
 LOOKAHEAD = 6
-LOOKAHEAD_MAX_COMPUTES = 3000
+LOOKAHEAD_MAX_COMPUTES = 1000
 #: Weight of a copy's own length in a candidate's score: fewer bytes on the copy stream leave room for others.
 COPY_WEIGHT = 0.05
 
