@@ -15,8 +15,8 @@ Scenarios
     each rank's gradients after the reduce compared on every step, and the
     rank's measured peak (the c10 allocator's rise during a step plus what was
     resident before it) against the plan's per-rank budget.
-``ddp-dtr``, ``fsdp-dtr``
-    The live DTR runtime (budget: half the step's activation memory) around
+``ddp-dtr``, ``fsdp-dtr``, ``fsdp-dtr-local``
+    The live DTR runtime (budget: half the step's activation memory; ``-local``: heuristic ``h_dtr_local``) around
     the steps of the wrapped plain model, after two steps without it, against
     the same wrapper without DTR: gradients after the reduce on every step.
 ``ddp-compiled``, ``ddp-compiled-buckets``, ``ddp-compiled-one-graph``, ``ddp-compiled-inductor``
@@ -247,7 +247,7 @@ def run_dtr(rank, world, scenario, out_dir):
     import remat_torch
     from remat_torch.dtr import activation_peak_bytes
 
-    if scenario == "ddp-dtr":
+    if scenario.startswith("ddp"):
         from torch.nn.parallel import DistributedDataParallel as wrap
     else:
         from torch.distributed.fsdp import fully_shard as wrap
@@ -259,7 +259,9 @@ def run_dtr(rank, world, scenario, out_dir):
     ref, ours = wrap(plain), wrap(base)
     ids, labels = _batch(rank, 0)
     peak = activation_peak_bytes(lambda: probe(ids, labels).backward())
-    rt = remat_torch.dtr(budget=int(0.5 * peak))
+    # h_dtr_local evicts FSDP2's gathered buffers: before issue 39's fix the runtime replayed them (a rank died
+    # with SIGSEGV in the all-gather, or the ranks' collectives fell out of step)
+    rt = remat_torch.dtr(budget=int(0.5 * peak), heuristic="h_dtr_local" if scenario.endswith("-local") else "h_dtr")
     opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
     opt = torch.optim.SGD(ours.parameters(), lr=0.1)
     diffs, stats = [], []
@@ -413,7 +415,7 @@ def _entry(rank, world, scenario, out_dir, port):
                 run_wrapped(rank, world, name, out_dir)
             elif name in DDP_COMPILED:
                 run_ddp_compiled(rank, world, name, out_dir)
-            elif name in ("ddp-dtr", "fsdp-dtr"):
+            elif name in ("ddp-dtr", "fsdp-dtr", "fsdp-dtr-local"):
                 run_dtr(rank, world, name, out_dir)
             elif name == "fsdp-blocks":
                 run_fsdp_blocks(rank, world, out_dir)
