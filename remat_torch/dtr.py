@@ -68,6 +68,16 @@ Training semantics (as in eager)
   read (an optimizer step updating a parameter inside the block) first
   keeps a copy of that tensor's data, used by later replays of what was
   computed from it; the copies are released when the block ends.
+* Collectives (``c10d``: FSDP2's all-gather and reduce-scatter, DDP's
+  all-reduce) are never replayed: run again on one rank alone they would
+  put the ranks' collectives out of step. Their schemas mark no argument
+  as written, yet they write (asynchronously) into the tensors they are
+  given, so those get new values with no recipe, never evicted and kept
+  while a value computed from them lives. A storage that shrinks under
+  plain tensors that recipes read (FSDP2 frees the parameters it gathered
+  with ``untyped_storage().resize_(0)``, no operator, no version change) is
+  copied first, like a tensor about to be written; a replay never reads
+  freed memory.
 * When the block ends, normally or by an exception, every tensor the block
   made that is still referred to (returned tensors, ``.grad``, optimizer
   state) becomes a plain ``torch.Tensor`` holding its data (a tensor with
