@@ -4,7 +4,8 @@ DTR needs no plan: it runs the operators in their order as an online cache
 under the budget, evicts the resident value with the lowest heuristic score
 when an allocation does not fit, and recomputes evicted values when they are
 read, recursively. Two simulations of that run live here, and ``solve(...,
-method="dtr")`` keeps the cheaper result:
+method="dtr", order="auto")`` keeps the cheapest of them (the default,
+``order="stages"``, runs the stage form alone):
 
 * **As it runs** (:func:`dtr_sequence_run`, kernel
   :func:`remat_core.kernels.dtr_sequence`): the DTR authors' simulator's
@@ -235,7 +236,7 @@ def _orders(graph: Graph, order: Any) -> dict[str, np.ndarray]:
 
 def solve_dtr(graph: Graph, budget_bytes: int, heuristic: str | None = None, seed: int = 0,
               max_compute_factor: float = DEFAULT_MAX_COMPUTE_FACTOR, find_min_budget: bool = True,
-              keep_dead: bool | None = None, order: Any = "auto",
+              keep_dead: bool | None = None, order: Any = "stages",
               max_overhead: float = DEFAULT_MAX_OVERHEAD) -> RematResult:
     """DTR's online evictor under ``budget_bytes``: the cheapest of its runs, as a sequence and a schedule.
 
@@ -260,12 +261,16 @@ def solve_dtr(graph: Graph, budget_bytes: int, heuristic: str | None = None, see
         The stage run's freeing rule: ``None`` (default) runs the default rule
         and, when it fails, the ``keep_dead`` rule (see Notes); ``True`` or
         ``False`` runs only that one.
-    order : "auto", "given", "stages" or sequence of int
-        The orders the runs as they run follow: ``"auto"`` (default) the
-        graph's numbering and a memory-aware order
-        (:func:`remat_core.order.candidate_orders`); ``"given"`` the numbering
-        only; ``"stages"`` none (the stage run alone, as before sequences);
-        or one topological order of the nodes.
+    order : "stages", "auto", "given" or sequence of int
+        The orders the other runs follow: ``"stages"`` (default) none, the
+        stage run alone (its sequence is ``from_schedule`` of its schedule:
+        ``objective`` is the schedule's cost, as the other solvers that call
+        ``dtr`` expect); ``"auto"`` the runs as they run in the graph's
+        numbering and in a memory-aware order
+        (:func:`remat_core.order.candidate_orders`), and the stage run in the
+        memory-aware order too (robust to the numbering); ``"given"`` the run
+        as it runs in the numbering only; or one topological order of the
+        nodes.
     max_overhead : float
         A run as it runs stops as thrashing when its compute exceeds
         ``max_overhead`` times one pass (default 2, as in the DTR authors'
@@ -295,7 +300,7 @@ def solve_dtr(graph: Graph, budget_bytes: int, heuristic: str | None = None, see
     --------
     >>> from remat_core import solve
     >>> from remat_core.zoo import linear_graph
-    >>> res = solve(linear_graph(16), 8, method="dtr", heuristic="h_dtr")
+    >>> res = solve(linear_graph(16), 8, method="dtr", heuristic="h_dtr", order="auto")
     >>> res.status.value, res.peak_memory_bytes <= 8, res.sequence is not None
     ('feasible', True, True)
     """

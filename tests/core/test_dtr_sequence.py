@@ -128,7 +128,7 @@ def test_thrashing_cutoff_is_a_compute_ratio_and_is_reported():
 def test_solve_returns_the_sequence_re_simulated_within_budget(fraction):
     g = linear_graph(12)
     budget = resolve_budget(g, fraction)
-    res = solve(g, budget, method="dtr")
+    res = solve(g, budget, method="dtr", order="auto")
     assert res.success and res.sequence is not None
     sim = simulate_sequence(g, res.sequence)
     assert sim.peak_memory_bytes <= budget
@@ -137,8 +137,9 @@ def test_solve_returns_the_sequence_re_simulated_within_budget(fraction):
     assert res.objective == pytest.approx(min(costs.values())) and res.stats["run"] in costs
     if res.schedule is not None:
         assert res.stats["schedule_cost"] >= res.objective - 1e-9
-    stages = solve(g, budget, method="dtr", order="stages")
+    stages = solve(g, budget, method="dtr")   # the default: the stage run alone, objective its schedule's cost
     assert stages.objective == stages.stats["schedule_cost"] >= res.objective - 1e-9
+    assert list(stages.stats["run_costs"]) == ["stages"]
 
 
 def test_verify_rejects_a_sequence_over_its_budget():
@@ -203,8 +204,8 @@ def _assert_same_quality(name, fraction):
     run_order, dfs = _both_numberings(name)
     assert run_order.n == dfs.n and float(run_order.cost.sum()) == pytest.approx(float(dfs.cost.sum()))
     budget = int(fraction * checkpoint_all_peak_bytes(run_order))   # the same bytes for both numberings
-    a = solve(run_order, budget, method="dtr", find_min_budget=False)
-    b = solve(dfs, budget, method="dtr", find_min_budget=False)
+    a = solve(run_order, budget, method="dtr", find_min_budget=False, order="auto")
+    b = solve(dfs, budget, method="dtr", find_min_budget=False, order="auto")
     assert a.success and b.success, (a.message, b.message)
     assert abs(a.objective - b.objective) <= 0.02 * min(a.objective, b.objective), (a.stats["run_costs"],
                                                                                    b.stats["run_costs"])
