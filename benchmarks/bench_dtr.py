@@ -452,6 +452,9 @@ def run_live(repeats: int) -> list[dict]:
 def render_live(rows: list[dict]) -> str:
     from remat_core.units import format_bytes
 
+    def size(b):
+        return format_bytes(b) if b is not None else "-"
+
     eager = {r["model"]: r for r in rows if r["mode"] == "eager"}
     body = []
     for r in rows:
@@ -461,9 +464,6 @@ def render_live(rows: list[dict]) -> str:
                          "-", "-", "-"])
             continue
         cpu = f"{r['cpu_s'] / e['cpu_s']:.2f}x" if "cpu_s" in r and "cpu_s" in e else "-"
-        def size(b):
-            return format_bytes(b) if b is not None else "-"
-
         body.append([r["model"], r["mode"], size(r["budget"]), size(r["tracked_peak"]), size(r["allocator_peak"]),
                      f"{r['step_s'] * 1e3:.0f}",
                      f"{r['step_s'] / e['step_s']:.2f}x", cpu,
@@ -511,7 +511,8 @@ def main() -> None:
         parts += ["### Both numberings, simrd beside (issue 41)", saved["numbering_header"] + ".",
                   render_numbering(saved["numbering"]), NUMBERING_NOTES]
     if "live" in saved:
-        parts += ["### live", saved["live_header"] + ". One training step on CPU (one thread), budgets as fractions of the "
+        parts += ["### live"]
+        parts += [saved["live_header"] + ". One training step on CPU (one thread), budgets as fractions of the "
                   "activation memory the runtime tracks for the step; the machine is shared and noisy, times are "
                   "medians of alternating runs.", render_live(saved["live"]), LIVE_NOTES]
     write_section("dtr", "\n\n".join(parts))
