@@ -298,21 +298,82 @@ def _workspace(node: fx.Node) -> int:
     return _WORKSPACE[key]
 
 
+_REDUCTIONS = None
+# ops whose reuse Inductor's CPU lowering never inlines (``StorageBox.should_realize_on_reuse``)
+_HEAVY = ("exp", "log", "log10", "log1p", "log2", "sigmoid", "tanh")
+
+
+def _is_reduction(node: fx.Node) -> bool:
+    """A reduction: Inductor always gives its result a buffer."""
+    global _REDUCTIONS
+    if _REDUCTIONS is None:
+        _REDUCTIONS = {aten.sum, aten.mean, aten.var_mean, aten.var, aten.std, aten.amax, aten.amin, aten.max,
+                       aten.min, aten.prod, aten.argmax, aten.argmin, aten.any, aten.all, aten.logsumexp,
+                       aten.native_layer_norm, aten.native_layer_norm_backward, aten._softmax,
+                       aten._log_softmax, aten._softmax_backward_data, aten._log_softmax_backward_data}
+    return _packet(node) in _REDUCTIONS
+
+
+def _realized_on_reuse(node: fx.Node, inlined: dict) -> bool:
+    """Whether Inductor's lowering gives pointwise ``node`` a buffer although its readers could fuse it.
+
+    Inductor inlines a pointwise expression into its readers, but realizes it
+    when it has several readers and its inlined expression is heavy on CPU
+    (exp, log, tanh, sigmoid), reads more than ``realize_reads_threshold`` (4)
+    buffers or has more than ``realize_opcount_threshold`` (30) ops; and
+    whatever its readers, when it reads more than
+    ``realize_acc_reads_threshold`` (8) buffers (``GraphLowering.run_node``).
+    ``inlined`` accumulates each inlined node's buffers read, op count and
+    heaviness (the caller drops the nodes it materializes).
+    """
+    reads, ops, heavy = set(), 1, str(_packet(node)).split(".")[-1] in _HEAVY
+    for a in node.all_input_nodes:
+        while _is_alias(a) and a.all_input_nodes and a.target is not operator.getitem:
+            a = a.all_input_nodes[0]
+        if a in inlined:
+            r, o, h = inlined[a]
+            reads |= r
+            ops += o
+            heavy = heavy or h
+        else:
+            reads.add(a)
+    inlined[node] = (frozenset(reads), ops, heavy)
+    users = set()
+    stack = list(node.users)
+    while stack:
+        u = stack.pop()
+        if _is_alias(u) and u.target is not operator.getitem:
+            stack.extend(u.users)
+        users.add(u)
+    val = node.meta.get("val")
+    cpu = isinstance(val, torch.Tensor) and val.device.type == "cpu"
+    if len(reads) > 8:
+        return True
+    return len(users) > 1 and ((cpu and heavy) or len(reads) > 4 or ops > 30)
+
+
 def _materialized_in(graph: fx.Graph, fused: bool, keep: set | None = None) -> set:
     """The call_function nodes of ``graph`` that own a buffer when compiled.
 
-    Without fusion every non-alias op allocates. With Inductor a pointwise
-    node is materialized only when a reader cannot fuse it (an extern kernel
-    such as a matrix product, through views too) or it leaves the graph.
+    Without fusion every non-alias op allocates. With Inductor a reduction
+    always has a buffer; a pointwise node has one when a reader cannot fuse
+    it (an extern kernel such as a matrix product, through views too), when
+    it leaves the graph, or when Inductor's lowering realizes it
+    (:func:`_realized_on_reuse`).
     """
     out_node = next(n for n in reversed(graph.nodes) if n.op == "output")
     outputs = {a for a in out_node.all_input_nodes}
     mat = set()
+    inlined: dict = {}    # a pointwise node Inductor would inline -> (buffers it reads, op count, heavy op in it)
     for n in graph.nodes:
         if n.op != "call_function" or _is_alias(n):
             continue
         if not fused or not _is_pointwise(n) or n in outputs or (keep and n.name in keep):
             mat.add(n)
+            continue
+        if _is_reduction(n) or _realized_on_reuse(n, inlined):
+            mat.add(n)
+            inlined.pop(n, None)
             continue
         stack, seen = [n], set()
         while stack:
@@ -331,6 +392,8 @@ def _materialized_in(graph: fx.Graph, fused: bool, keep: set | None = None) -> s
                     mat.add(n)
             if n in mat:
                 break
+        if n in mat:
+            inlined.pop(n, None)    # its readers read its buffer
     return mat
 
 
