@@ -4,11 +4,12 @@ Tiny Hugging Face configs (random weights, dropout off for the comparison)
 trained for three SGD steps beside an eager copy: loss and every gradient
 equal eager's at each step, the allocator's measured peak of a step is
 within the budget and within 5% of the compile-time check's measurement
-(and, for the uncompiled halves, of the memory model's prediction), and at
-budget 1.0 at most ``torch.compile``'s own peak. The default suite runs the
-FX-graph halves (``inductor=False``, quick to compile) on GPT-2 and Llama at
-0.5 and Inductor on GPT-2 and Llama at 1.0; the other models, Inductor below
-1.0 and the smallest found budgets are marked slow.
+and of the plan's prediction (for Inductor, the replay of the code it
+generated; for the uncompiled halves, the memory model), and at budget 1.0
+at most ``torch.compile``'s own peak. The default suite runs GPT-2 and Llama
+at 0.5 as FX-graph halves, GPT-2 through Inductor at 1.0, and the replay's
+unit tests; Inductor below 1.0, the other models and the smallest found
+budgets are marked slow.
 """
 
 import copy
@@ -112,7 +113,7 @@ def test_fx_halves_at_half(name):
     assert plan.n_recomputed > 0 and plan.predicted_peak_bytes <= plan.model_budget_bytes
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama"])
+@pytest.mark.parametrize("name", ["gpt2", pytest.param("llama", marks=pytest.mark.slow)])
 def test_inductor_at_one_is_compiles_own(name):
     plans, peaks = _train(name, backend(1.0), tol=1e-4)
     plan = _check(plans, peaks)
@@ -143,18 +144,50 @@ def test_fx_halves_at_half_more_models(name):
     _check(plans, peaks, model_within=0.05)
 
 
+_VIT_TWO_GRAPHS = pytest.mark.xfail(strict=True, reason=(
+    "known: ViT compiles into two graphs (two plans, each with the budget); the one-plan check fails"))
+
+
+_REFUSED_AT_HALF = {
+    "gpt2": ("known: refused at 0.5 under Inductor: every plan the planning model accepts compiles above the "
+             "budget (343,446 B): the smallest measured 357,512 B (0.527), the model said 244 KiB; the replay of "
+             "the generated code said 350 KiB (within 0.3%)"),
+    "llama": ("known: refused at 0.5 under Inductor: budget 305,540 B, the smallest plan measured 457,608 B "
+              "(0.854) where the planning model said 292 KiB (Inductor's order and fusion, not modelled)"),
+}
+
+
+@pytest.mark.parametrize("name", [
+    # refused plans cost up to four Inductor compiles each: slow
+    pytest.param("gpt2", marks=[pytest.mark.slow, pytest.mark.xfail(strict=True, reason=_REFUSED_AT_HALF["gpt2"])]),
+    pytest.param("llama", marks=[pytest.mark.slow,
+                                 pytest.mark.xfail(strict=True, reason=_REFUSED_AT_HALF["llama"])]),
+    pytest.param("bert", marks=pytest.mark.slow),
+    pytest.param("t5", marks=pytest.mark.slow),
+    pytest.param("vit", marks=[pytest.mark.slow, _VIT_TWO_GRAPHS]),
+])
+def test_inductor_at_half(name):
+    """Inductor at 0.5: trains as eager, within the budget, and the replay of the generated code predicts the
+    allocator's peak within 5%."""
+    plans, peaks = _train(name, backend(0.5), tol=1e-4)
+    plan = _check(plans, peaks, model_within=0.05)
+    assert plan.code_peak_bytes is not None and plan.predicted_peak_bytes == plan.code_peak_bytes
+    assert plan.n_recomputed > 0 and plan.source != "compile-default"
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["gpt2", "bert", "llama", "vit", "t5"])
-def test_inductor_at_half_or_says_why(name):
-    """Within the budget as measured, or the error names the smallest measured plan (never over budget)."""
-    be = backend(0.5)
-    try:
-        plans, peaks = _train(name, be, tol=1e-4)
-    except Exception as exc:   # Dynamo wraps the backend's error
-        err = _budget_error(exc)
-        assert err is not None and err.smallest_bytes > 0, exc
-        return
-    _check(plans, peaks)
+@pytest.mark.parametrize("name", ["gpt2", "bert", "llama", "t5", pytest.param("vit", marks=_VIT_TWO_GRAPHS)])
+def test_inductor_at_smallest_found(name):
+    """The smallest budget the refusal names (a compiled, measured plan) trains within itself (2% slack)."""
+    torch._dynamo.reset()
+    model, batch = _model(name)
+    with pytest.raises(Exception, match="smallest") as info:
+        torch.compile(model, backend=backend("1KiB"))(**batch)
+    err = _budget_error(info.value)
+    assert err is not None and err.smallest_bytes > 1024
+    plans, peaks = _train(name, backend(int(err.smallest_bytes * 1.02)), tol=1e-4)
+    plan = _check(plans, peaks, model_within=0.05)
+    assert plan.code_peak_bytes is not None
 
 
 @pytest.mark.slow
@@ -241,7 +274,7 @@ _FORWARD_CODE = """
         buf1 = empty_strided_cpu((16, 16), (16, 1), torch.float32)
         buf2 = empty_strided_cpu((16, 16), (16, 1), torch.float32)
         del buf2
-        return (buf0, buf1, primals_1, )
+        return (buf0, reinterpret_tensor(buf1, (256, ), (1, ), 0), primals_1, )
 """
 _BACKWARD_OF_FORWARD = """
     def call(self, args):
@@ -258,5 +291,6 @@ def test_step_peak_carries_saved_values_into_the_backward():
 
     fw = {"source": _FORWARD_CODE, "sizes": {}}
     bw = {"source": _BACKWARD_OF_FORWARD, "sizes": {}}
-    # forward: 32 + 1024 + 1024 = 2080; backward: the loss (32) + the saved 1024 + 2048 = 3104
+    # forward: 32 + 1024 + 1024 = 2080; backward: the loss (32) + the saved 1024 (returned as a view, whose
+    # commas must not shift the positions) + 2048 = 3104
     assert step_peak(fw, bw, num_fwd_outputs=1) == 3104
