@@ -89,7 +89,7 @@ class CompiledPlan:
     (:func:`module_peak_bytes`), within ``model_budget_bytes`` (the budget,
     lowered after a compiled step measured over it). ``code_peak_bytes`` is the
     replay of the code Inductor generated for the plan
-    (:mod:`remat_torch.compiled.generated`; ``None`` until the backward is
+    (``remat_torch.compiled.generated``; ``None`` until the backward is
     compiled, without Inductor, or when Inductor reused cached code).
     ``predicted_peak_bytes`` is the replay when there is one, else the
     planning model's peak. ``measured_peak_bytes`` is the compile-time
@@ -1048,7 +1048,7 @@ def _replaying_inner_compile(partitioner: "RematPartitioner") -> Callable:
 
     When the forward and then the backward of a graph the partitioner planned
     are generated, the plan gets ``code_peak_bytes``: the replay of both
-    (:func:`remat_torch.compiled.generated.step_peak`), which becomes its
+    (``remat_torch.compiled.generated.step_peak``), which becomes its
     ``predicted_peak_bytes``.
     """
     from torch._inductor.compile_fx import compile_fx_inner
