@@ -386,13 +386,14 @@ def plot(rows: list, path: str) -> None:
                 ax.annotate(lab, (px, py), textcoords="offset points", xytext=(4, 4), fontsize=7)
         for i, r in enumerate(r for r in ran if r["kind"] == "scope"):
             ax.plot([r["peak"] / MIB], [r["step_ms"]], "s", color=f"C{i + 1}", mfc="none", ms=8,
-                    label=r["variant"].replace("RematScope ", "RematScope: ")[:40])
+                    label=r["variant"].replace("RematScope ", "RematScope: ")[:52])
         for r in ran:
             if r["kind"] == "plain":
                 ax.plot([r["peak"] / MIB], [r["step_ms"]], "k*", ms=11, label="plain fit")
         ax.set_title(name)
         ax.set_xlabel("measured peak of a step (MiB)")
-        ax.set_ylabel("fit step time (ms)")
+        ax.set_ylabel("fit step time (ms, log)")
+        ax.set_yscale("log")  # RematScope's eager modes are 10-20x slower than the rest
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
     for ax in list(axes.flat)[len(names):]:
@@ -455,6 +456,17 @@ def parse_args():
 
 def main() -> None:
     args = parse_args()
+    if args.report_only:
+        import json
+
+        with open(os.path.join(_report.RESULTS, "tf_rematscope.json")) as f:
+            saved = json.load(f)
+        plot(saved["rows"], os.path.join(_report.RESULTS, "tf_rematscope.png"))
+        scope_text = ["## tf-rematscope", "", f"Command: `{saved.get('command', _report.command_line())}`  ",
+                      saved.get("machine", "")] + [""] + scope_markdown(saved["rows"], saved["config"])
+        _report.write_section("tf-rematscope", "\n".join(scope_text))
+        print("\n".join(scope_text))
+        return
     import keras
     import tensorflow as tf
 
@@ -517,17 +529,6 @@ def main() -> None:
         ]
         if len(rows) > 1 and "min_fraction" in rows[1]:
             text += ["", f"Smallest feasible budget (lower bound): {rows[1]['min_fraction']:.3f} of activation memory."]
-    if args.report_only:
-        import json
-
-        with open(os.path.join(_report.RESULTS, "tf_rematscope.json")) as f:
-            saved = json.load(f)
-        plot(saved["rows"], os.path.join(_report.RESULTS, "tf_rematscope.png"))
-        scope_text = ["## tf-rematscope", "", f"Command: `{saved.get('command', _report.command_line())}`  ",
-                      saved.get("machine", "")] + [""] + scope_markdown(saved["rows"], saved["config"])
-        _report.write_section("tf-rematscope", "\n".join(scope_text))
-        print("\n".join(scope_text))
-        return
     if "c" in args.parts:
         scope_cfg = {"size": 32 if args.quick else args.size, "batch": 4 if args.quick else args.batch,
                      "steps": 2 if args.quick else args.steps, "time_limit_s": 5.0 if args.quick else args.time_limit}
