@@ -49,7 +49,7 @@ import _report  # noqa: E402
 
 from remat_core import checkpoint_all_peak_bytes, load_dtr_dag, make_plan, solve  # noqa: E402
 from remat_core.batch import batch_size_upper_bound, forward_pass_cost_cap  # noqa: E402
-from remat_core.host import offload_all_plan, simulate_host, solve_offload  # noqa: E402
+from remat_core.host import cost_per_second, offload_all_plan, simulate_host, solve_offload  # noqa: E402
 from remat_core.host.greedy import plan_from_sequence  # noqa: E402
 from remat_core.units import min_budget_bytes  # noqa: E402
 from remat_core.zoo import zoo_graph  # noqa: E402
@@ -135,6 +135,18 @@ def max_batches(name: str, key: str, bw: float) -> dict:
     for label in ("remat", "offload_all", "joint"):
         out[label] = _largest(lambda b: (lambda x: x[0] and x[1] <= x[2])(solved(label, b)), ceiling)
         out[label + "_uncapped"] = _largest(lambda b: solved(label, b)[0], ceiling)
+    # what limits the joint plan just above remat alone's largest batch within the cap: the copies it needs
+    # against what the copy stream moves while the step computes (bandwidth x compute time)
+    above = min(ceiling, out["remat"] + max(1, out["remat"] // 64))
+    if above > out["remat"]:
+        g = fn(above)
+        r = solve_offload(g, BATCH_BUDGET, method=BATCH_REMAT, host_bandwidth=bw, **BATCH_OPTIONS)
+        compute_s = float(g.cost.sum()) / cost_per_second(g)
+        out["above"] = {"batch": above, "fits": bool(r.success),
+                        "time_over_cap": r.objective / forward_pass_cost_cap(g) if r.success else None,
+                        "plan": r.stats.get("plan"), "offloaded_values": r.stats.get("offloaded_values"),
+                        "copied_bytes": r.stats.get("copied_bytes"), "movable_bytes": bw * compute_s,
+                        "stall_over_compute": r.stats.get("stall", 0.0) / float(g.cost.sum()) if r.success else None}
     for which in ("joint", "joint_uncapped"):   # what the joint plan is at its largest batch
         if out[which]:
             _, t, cap, plan_name, offloaded = solved("joint", out[which])
@@ -228,6 +240,18 @@ def render(rows: list, meta: dict) -> str:
                       f"({', '.join(nothing)}), the larger batch comes from the remat method's plan for a budget "
                       f"above 16 GB that peaks within 16 GB (`{BATCH_REMAT}` is a heuristic: at 16 GB itself it finds "
                       f"none), not from offloading.", ""]
+        above = [m for m in mb if m.get("above")]
+        if above:
+            lines += ["Just above remat alone's largest batch within the cap (its batch + 1/64), the joint plan: "
+                      + "; ".join(
+                          f"{m['model']} {m['bandwidth'] / 1e9:g} GB/s b={m['above']['batch']}: "
+                          + (f"{m['above']['time_over_cap']:.2f}x the cap, {m['above']['plan']}, "
+                             f"{m['above']['offloaded_values']} values offloaded, "
+                             f"{m['above']['copied_bytes'] / 1e9:.1f} GB copied vs "
+                             f"{m['above']['movable_bytes'] / 1e9:.1f} GB the copy stream moves while the step "
+                             f"computes, stalls {m['above']['stall_over_compute']:.2f}x compute"
+                             if m["above"]["fits"] else "no plan fits")
+                          for m in above) + ".", ""]
         models = list(dict.fromkeys(m["model"] for m in mb))
         for bw in BANDWIDTHS:
             sub = {m["model"]: m for m in mb if m["bandwidth"] == bw}
