@@ -178,7 +178,7 @@ DDP_COMPILED = {
     "ddp-compiled": (False, False, True, 0.5),
     "ddp-compiled-buckets": (False, True, True, 0.9),
     "ddp-compiled-one-graph": (False, True, False, 0.5),
-    "ddp-compiled-inductor": (True, False, True, 0.5),
+    "ddp-compiled-inductor": (True, False, True, 0.7),
 }
 
 

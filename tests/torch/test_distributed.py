@@ -166,8 +166,9 @@ def test_compiled_plan_under_ddp_split_per_bucket(compiled_runs):
 
 @pytest.mark.slow
 def test_compiled_plan_under_ddp_with_inductor(compiled_inductor_runs):
-    """The same with Inductor compiling the halves (a cold compile per rank: minutes on a loaded 2-core
-    machine); fused kernels round differently from eager, hence the looser tolerance."""
+    """The same with Inductor compiling the halves, at 0.7 (a cold compile per rank: minutes on a loaded 2-core
+    machine; at 0.5 the compile-time check found no plan on this model, smallest 0.545); fused kernels round
+    differently from eager, hence the looser tolerance."""
     _check_one_compiled_plan(compiled_inductor_runs["ddp-compiled-inductor"], tol=1e-5)
     for rec in compiled_inductor_runs["ddp-compiled-inductor"]:
         assert rec["plans"][0]["measured_peak_bytes"] is not None, rec  # the compile-time check ran
