@@ -1070,7 +1070,8 @@ def _build(model, args, kwargs, s: _Settings, loaded: dict, require_loaded: bool
             result, budget_bytes = _rescue(eg, budget_bytes, result, s)
         if result.schedule is None:
             raise _infeasible(eg, budget_bytes, result, s)
-        eg, result = _no_remat_at_op_level(eg, model, args, kwargs, result, budget_bytes, s.hoist)
+        if s.granularity == "auto":   # a granularity the caller chose is kept
+            eg, result = _no_remat_at_op_level(eg, model, args, kwargs, result, budget_bytes, s.hoist)
         hoist = s.hoist
     plan = make_plan(eg.graph, result.schedule, hoist=hoist)
     log.info("plan for %s: %s, predicted peak %s, cost %s (trace %.1f s, plan %.1f s)", _describe(eg), result.method,
@@ -1128,10 +1129,10 @@ def rematerialize(
         :func:`remat_core.solvers.auto.choose_path`), and at module level
         otherwise: op-level plans can express every module-level plan, so
         they are at least as cheap whenever the solver can handle the graph.
-        Whatever the granularity, a plan that recomputes nothing is made at
-        op level when it peaks lower there (as eager PyTorch, each value is
-        freed after its own last use; a node of several ops frees its inputs
-        after its last op).
+        With ``"auto"``, a module-level plan that recomputes nothing is made
+        at op level when it peaks lower there (as eager PyTorch, each value
+        is freed after its own last use; a node of several ops frees its
+        inputs after its last op).
     blocks : sequence of str or torch.nn.Module, optional
         For ``granularity="block"``.
     cost_model : {"flops", "profile", "unit"}

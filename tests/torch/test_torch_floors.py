@@ -56,9 +56,13 @@ def test_no_recomputation_plan_measures_at_most_eager(name, granularity):
     # at op granularity every value is freed after its own last use, as autograd frees saved tensors; a
     # module-level node keeps its inputs to its last op and its outputs together (Qwen2 measured 8 KiB, 1.2%,
     # above eager there), so a plan above op level that recomputes nothing is made at op level
+    # "module": granularity auto with a limit that sends the op-level graph to the large path (module level)
+    kw = dict(granularity="auto", time_limit_s=0.01) if granularity == "module" else dict(granularity="op")
     rm = rematerialize(copy.deepcopy(model), example_kwargs=batch, budget=1.0, method="checkpoint-all",
-                       granularity=granularity, cost_model="unit")
+                       cost_model="unit", **kw)
     assert rm.result.schedule.compute_counts().max() == 1
+    if granularity == "module":
+        assert rm.extracted.graph.meta["granularity_auto"]["op_path"] == "large"
     if granularity == "module" and name == "qwen2":
         assert rm.extracted.graph.meta["no_remat_from"]["predicted_peak_bytes"] > rm.predicted_peak_bytes
     assert 1 in rm.extracted.released_outputs  # the logits: not fixed memory, no tangent
