@@ -196,7 +196,7 @@ def measure_workspace(eg, model, inputs: Sequence, progress: bool = False, share
     progress : bool
         Show a tqdm progress bar.
     share : bool
-        Measure once per :func:`node_signature` (default): a node with the
+        Measure once per ``node_signature`` (default): a node with the
         same ops on inputs of the same layouts as one measured before (the
         next layer of a stack) takes that measurement, and later nodes read
         zeros of its outputs' layouts instead of running it (its integer
