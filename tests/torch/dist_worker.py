@@ -144,8 +144,8 @@ def run_wrapped(rank, world, scenario, out_dir):
     plain = TinyLM()
     plain.load_state_dict(base.state_dict())
     ids, labels = _batch(rank, 0)
-    rm = rdist.rematerialize_shared(base, (ids, labels), budget=0.5, method="auto", granularity="module",
-                                    cost_model="flops", time_limit_s=5)
+    rm = rdist.rematerialize_shared(base, (ids, labels), budget=0.5, method="dtr", granularity="module",
+                                    cost_model="flops")
     budget_bytes = int(rm.result.budget_bytes)
     if scenario == "ddp":
         from torch.nn.parallel import DistributedDataParallel as wrap
@@ -324,8 +324,8 @@ def run_accelerate(rank, world, out_dir):
     plain = TinyLM()
     plain.load_state_dict(base.state_dict())
     ids, labels = _batch(rank, 0)
-    rm = rdist.rematerialize_shared(base, (ids, labels), budget=0.5, granularity="module", cost_model="flops",
-                                    time_limit_s=5)
+    rm = rdist.rematerialize_shared(base, (ids, labels), budget=0.5, method="dtr", granularity="module",
+                                    cost_model="flops")
     losses = {}
     for name, model in (("plain", plain), ("remat", rm)):
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -361,8 +361,8 @@ def run_trainer(rank, world, out_dir):
     # tensor with transformers 5: the label count over all ranks)
     model.config.use_cache = False
     batch = dict(batch, num_items_in_batch=torch.tensor(float(batch["labels"].numel() * world)))
-    rm = rdist.rematerialize_shared(model, example_kwargs=batch, budget=0.5, granularity="module",
-                                    time_limit_s=5)
+    rm = rdist.rematerialize_shared(model, example_kwargs=batch, budget=0.5, method="dtr",
+                                    granularity="module")
     data = [{"input_ids": x, "labels": x} for x in torch.randint(0, 64, (16, 32), generator=torch.Generator()
                                                                  .manual_seed(0))]
     losses = {}
