@@ -25,8 +25,9 @@ def test_demo_rejects_a_bad_fraction_in_one_line(tmp_path):
     assert callable(main)
 
 
-@pytest.mark.slow
 def test_demo_end_to_end(tmp_path):
+    # in the default suite: the demo's sweep forks after the demo's own solves, and once hung there (HiGHS's
+    # thread pool copied into the fork: tests/core/test_fork_safety.py)
     out = tmp_path / "demo"
     res = subprocess.run([sys.executable, "-m", "remat_core.cli", "demo", "--out", str(out), "--num", "3",
                           "--steps", "2", "--time-limit", "3"], capture_output=True, text=True, cwd=ROOT,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import time
 
 import numpy as np
@@ -52,6 +53,25 @@ _LP_PRESOLVE = "off"
 _banner_printed = False
 
 
+def _stop_pool_before_fork() -> None:
+    """Stop the forking thread's HiGHS worker threads (they start again at its next solve).
+
+    A forked child copies only the forking thread. HiGHS hands a parallel task straight to an idle worker
+    of the pool that thread started, and in the child that worker does not exist: the child's first solve
+    then waits for it forever, past any time limit (a ``sweep`` forked after a solve in the same process
+    hung this way, tests/core/test_fork_safety.py). Registered with :func:`os.register_at_fork` on the
+    first solve. A thread with no pool of its own is left as it is (HiGHS keeps one pool per thread that
+    started one).
+    """
+    if _threads_in_use is not None:
+        import highspy
+
+        highspy.Highs.resetGlobalScheduler(True)
+
+
+_fork_hook_registered = False
+
+
 def new_highs(verbose: bool = False):
     """A ``highspy.Highs()``. HiGHS prints its banner on standard output when the first one is made, before
     any option can stop it; unless ``verbose`` or remat's logger is enabled for INFO (``remat -v``), that one
@@ -78,7 +98,10 @@ def _configure(h, time_limit_s, mip_rel_gap, threads, verbose, options) -> None:
     h.setOptionValue("time_limit", float("inf") if time_limit_s is None else float(time_limit_s))
     if mip_rel_gap is not None:
         h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
-    global _threads_in_use
+    global _threads_in_use, _fork_hook_registered
+    if not _fork_hook_registered and hasattr(os, "register_at_fork"):
+        os.register_at_fork(before=_stop_pool_before_fork)
+        _fork_hook_registered = True
     wanted = "default" if threads is None else int(threads)
     if _threads_in_use is not None and _threads_in_use != wanted:
         h.resetGlobalScheduler(True)
