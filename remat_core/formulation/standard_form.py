@@ -37,7 +37,9 @@ class StandardForm:
     objective_offset : float
         Constant cost of the computations fixed by the frontier (``R[t, t]``).
     formulation : str
-        ``"paper"`` or ``"strong"``.
+        ``"paper"`` or ``"strong"``; ``"window"`` for the windowed search's
+        program (:mod:`remat_core.solvers.lns`), whose layout covers only the
+        stages of its window (:meth:`decode` and :meth:`encode` do not apply).
     budget_bytes : int
     memory_unit : float
         Bytes per memory unit in ``A`` (see :func:`~remat_core.formulation._rows.memory_unit`).

@@ -42,6 +42,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import InvalidScheduleError
+from ..formulation.standard_form import StandardForm
 from ..graph import Graph
 from ..schedule import Schedule
 
@@ -62,25 +63,19 @@ MAX_BINARIES = 30_000
 
 @dataclass
 class WindowProgram:
-    """The MILP of one window, in standard form, and how to put its solution back into the incumbent."""
+    """The MILP of one window and how to put its solution back into the incumbent: ``form`` is the program
+    (a :class:`~remat_core.formulation.standard_form.StandardForm` whose layout covers stages ``a .. b-1``
+    only, formulation ``"window"``), ``start`` the incumbent's vector and ``start_cost`` its cost."""
 
     a: int
     b: int
-    c: np.ndarray
-    A: sp.csr_array
-    row_lo: np.ndarray
-    row_hi: np.ndarray
-    col_lo: np.ndarray
-    col_hi: np.ndarray
-    integrality: np.ndarray
+    form: StandardForm
     start: np.ndarray
-    r_cols: dict[tuple[int, int], int]
-    s_cols: dict[tuple[int, int], int]
     start_cost: float
 
     @property
     def n_binaries(self) -> int:
-        return int(self.integrality.sum())
+        return int(self.form.integrality.sum())
 
 
 class _Rows:
@@ -170,6 +165,8 @@ def window_program(graph: Graph, schedule: Schedule, budget_bytes: int, a: int, 
 
     r_cols: dict[tuple[int, int], int] = {}
     s_cols: dict[tuple[int, int], int] = {}
+    f_cols: list[tuple[int, int, int, int]] = []   # (t, i, j, column): value i freed after its user j in stage t
+    u_cols: list[tuple[int, int, int]] = []        # (t, k, column): the memory after allocating k in stage t
     for t in range(a, b):
         for i in cands[t]:
             r_cols[t, i] = new_col(0.0, 1.0, float(graph.cost[i]), True, float(i in R_rows[t]))
@@ -220,6 +217,7 @@ def window_program(graph: Graph, schedule: Schedule, budget_bytes: int, a: int, 
                 f = new_col(0.0, 1.0, 0.0, False,
                             float(last_start and not kept_next and (i in R_rows[t] or i in S_rows[t])))
                 free_terms.setdefault(j, []).append((i, f))
+                f_cols.append((t, i, j, f))
                 by_value.setdefault(i, []).append(f)
                 rows_.add([(f, 1.0), (r_cols[t, j], -1.0)], -np.inf, 0.0)
                 for j2 in us:
@@ -242,6 +240,7 @@ def window_program(graph: Graph, schedule: Schedule, budget_bytes: int, a: int, 
             if on:
                 mem += float(m[k])
             mcol = new_col(0.0, np.inf, 0.0, False, 0.0)
+            u_cols.append((t, k, mcol))
             if prev_col is None:
                 terms = [(mcol, 1.0)] + [(s_cols[t, i], -float(m[i])) for i in c_t if m[i]]
             else:
@@ -265,12 +264,26 @@ def window_program(graph: Graph, schedule: Schedule, budget_bytes: int, a: int, 
             if not terms:
                 return None
             rows_.add(terms, 1.0, np.inf)
-    n_cols = len(cost)
-    A, lo, hi = rows_.build(n_cols)
+    A, lo, hi = rows_.build(len(cost))
     c = np.asarray(cost)
     x0 = np.asarray(start)
-    return WindowProgram(a, b, c, A, lo, hi, np.asarray(cols_lo), np.asarray(cols_hi), np.asarray(integ, np.uint8),
-                         x0, r_cols, s_cols, float(c @ x0))
+
+    def layout(entries: list[tuple[int, ...]], width: int) -> list[np.ndarray]:
+        """The columns of ``entries`` as int64 arrays (the form's variable layout)."""
+        arr = np.asarray(entries, np.int64).reshape(-1, width)
+        return [arr[:, j].copy() for j in range(width)]
+
+    r_t, r_i, r_col = layout([(t, i, col) for (t, i), col in r_cols.items()], 3)
+    s_t, s_i, s_col = layout([(t, i, col) for (t, i), col in s_cols.items()], 3)
+    f_t, f_i, f_k, f_col = layout(f_cols, 4)
+    u_t, u_k, u_col = layout(u_cols, 3)
+    none = np.zeros(0, np.int64)
+    form = StandardForm(c=c, A=A, row_lo=lo, row_hi=hi, col_lo=np.asarray(cols_lo), col_hi=np.asarray(cols_hi),
+                        integrality=np.asarray(integ, np.uint8), objective_offset=0.0, formulation="window",
+                        budget_bytes=int(budget_bytes), memory_unit=unit, graph=graph, r_t=r_t, r_i=r_i, r_col=r_col,
+                        s_t=s_t, s_i=s_i, s_col=s_col, r_fixed_t=none, r_fixed_i=none, f_t=f_t, f_i=f_i,
+                        f_k=f_k, f_col=f_col, u_t=u_t, u_k=u_k, u_col=u_col)
+    return WindowProgram(a, b, form, x0, float(c @ x0))
 
 
 def _spliced(schedule: Schedule, prog: WindowProgram, x: np.ndarray,
@@ -283,12 +296,12 @@ def _spliced(schedule: Schedule, prog: WindowProgram, x: np.ndarray,
         R_new[t] = {t}
         if t > prog.a:
             S_new[t] = set()
-    for (t, i), col in prog.r_cols.items():
-        if x[col] > 0.5:
-            R_new[t].add(i)
-    for (t, i), col in prog.s_cols.items():
-        if t > prog.a and x[col] > 0.5:
-            S_new[t].add(i)
+    form = prog.form
+    for t, i in zip(form.r_t[x[form.r_col] > 0.5].tolist(), form.r_i[x[form.r_col] > 0.5].tolist()):
+        R_new[t].add(i)
+    on = (x[form.s_col] > 0.5) & (form.s_t > prog.a)
+    for t, i in zip(form.s_t[on].tolist(), form.s_i[on].tolist()):
+        S_new[t].add(i)
     return _schedule(schedule.n, R_new, S_new)
 
 
@@ -316,8 +329,9 @@ def reoptimize_window(graph: Graph, schedule: Schedule, budget_bytes: int, a: in
     prog = window_program(graph, schedule, budget_bytes, a, b, depth, rows)
     if prog is None:
         return None
-    out = solve_arrays("highs", prog.c, prog.A, prog.row_lo, prog.row_hi, prog.col_lo, prog.col_hi,
-                       prog.integrality, time_limit_s=time_limit_s, threads=None, start=prog.start,
+    f = prog.form
+    out = solve_arrays("highs", f.c, f.A, f.row_lo, f.row_hi, f.col_lo, f.col_hi, f.integrality,
+                       time_limit_s=time_limit_s, threads=None, start=prog.start,
                        mip_rel_gap=1e-6)
     if out.x is None or out.objective is None or out.objective >= prog.start_cost - 1e-9:
         return None

@@ -33,9 +33,14 @@ def test_the_window_program_admits_the_incumbent(start):
     for width in (4, 8):
         for a, b in windows(g, sched, width):
             prog = window_program(g, sched, budget, a, b)
-            ax = prog.A @ prog.start
-            assert np.all(ax <= prog.row_hi + 1e-9) and np.all(ax >= prog.row_lo - 1e-9), (a, b)
-            assert np.all(prog.start <= prog.col_hi) and np.all(prog.start >= prog.col_lo)
+            f = prog.form
+            ax = f.A @ prog.start
+            assert np.all(ax <= f.row_hi + 1e-9) and np.all(ax >= f.row_lo - 1e-9), (a, b)
+            assert np.all(prog.start <= f.col_hi) and np.all(prog.start >= f.col_lo)
+            # the layout names every column once: R, S, FREE and memory columns
+            cols = np.concatenate([f.r_col, f.s_col, f.f_col, f.u_col])
+            assert np.array_equal(np.sort(cols), np.arange(f.n_cols)), (a, b)
+            assert prog.start_cost == pytest.approx(float(f.c @ prog.start))
 
 
 def test_every_window_result_fits_and_is_cheaper(start, caplog):
