@@ -24,7 +24,7 @@ import torch
 
 from .api import rematerialize
 
-__all__ = ["rematerialize_shared", "comm_overhead_bytes", "STRATEGIES"]
+__all__ = ["rematerialize_shared", "comm_overhead_bytes", "fully_shard_blocks", "STRATEGIES"]
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def _param_bytes(model) -> int:
     return sum(seen.values())
 
 
-def comm_overhead_bytes(model, strategy: str, world_size: int) -> int:
+def comm_overhead_bytes(model, strategy: str, world_size: int, blocks=None) -> int:
     """Bytes a data-parallel wrapper holds on each rank beyond the plan's memory model.
 
     The plan's fixed bytes count the full parameters and their gradients, as
@@ -62,6 +62,14 @@ def comm_overhead_bytes(model, strategy: str, world_size: int) -> int:
         reduce-scatter itself runs after the plan's last node, when the
         activations are freed.
 
+    ``"fsdp"`` with ``blocks`` (:func:`fully_shard_blocks`)
+        The shards of the parameters and of the gradients as above; the
+        root's flat all-gather output (the bytes of the parameters outside
+        ``blocks``), which FSDP2 keeps through the step; and one block's flat
+        buffer at a time, the largest block's bytes: its all-gather output
+        while the step starts (freed once copied into the block's
+        parameters), or its reduce-scatter input after the plan's backward.
+
     The overhead is the largest of these over the step, so a plan within
     ``budget - overhead`` keeps the rank within ``budget``; where the
     overhead falls (FSDP2's all-gather buffer in the forward) and the plan's
@@ -74,6 +82,9 @@ def comm_overhead_bytes(model, strategy: str, world_size: int) -> int:
     strategy : {"ddp", "fsdp"}
     world_size : int
         Ranks in the group.
+    blocks : iterable of torch.nn.Module, optional
+        With ``"fsdp"``: the submodules sharded on their own
+        (:func:`fully_shard_blocks`); default: the whole module is one group.
 
     Returns
     -------
@@ -82,7 +93,8 @@ def comm_overhead_bytes(model, strategy: str, world_size: int) -> int:
     Raises
     ------
     ValueError
-        On an unknown ``strategy`` or a ``world_size`` below 1.
+        On an unknown ``strategy``, a ``world_size`` below 1, or ``blocks``
+        with ``"ddp"`` or holding something other than a submodule of ``model``.
 
     Examples
     --------
@@ -97,10 +109,23 @@ def comm_overhead_bytes(model, strategy: str, world_size: int) -> int:
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"`world_size` must be a positive integer; got {world_size!r}")
     nbytes = _param_bytes(model)
+    if blocks is not None and strategy != "fsdp":
+        raise ValueError(f"`blocks` applies to strategy 'fsdp' only; got strategy {strategy!r}")
     if strategy == "ddp":
         return nbytes
     shard = -(-nbytes // world_size)
-    return 2 * shard + (nbytes if world_size > 1 else 0)
+    if world_size == 1:  # no all-gather: the shard is the parameters themselves
+        return 2 * shard
+    if blocks is None:
+        return 2 * shard + nbytes
+    blocks = list(blocks)
+    inner = {id(m) for m in model.modules() if m is not model}
+    for i, blk in enumerate(blocks):
+        if not isinstance(blk, torch.nn.Module) or id(blk) not in inner:
+            raise ValueError(f"`blocks[{i}]` must be a submodule of `model`; got {type(blk).__name__}")
+    per_block = [_param_bytes(blk) for blk in blocks]
+    root = nbytes - _param_bytes(torch.nn.ModuleList(blocks))
+    return 2 * shard + root + max(per_block, default=0)
 
 
 def _call_signature(args, kwargs) -> str:
@@ -223,3 +248,83 @@ def rematerialize_shared(model, example_inputs=(), budget: Any = None, *, exampl
         return rematerialize(model, example_inputs, budget, example_kwargs=example_kwargs, plan=path, **options)
     finally:
         os.unlink(path)
+
+
+def fully_shard_blocks(rm, blocks, **fsdp_kwargs):
+    """FSDP2 ``fully_shard`` on each of ``blocks`` of a rematerialized module, then on the module itself.
+
+    The supported order is *remat, then shard*: ``rm = rematerialize(model,
+    example_inputs, ...)`` first (so the plan is traced on the full
+    parameters), then ``fully_shard_blocks(rm, model.blocks)``, instead of
+    ``fully_shard`` on each block and on ``rm``. Between steps each rank
+    holds only its shards (parameters, gradients, and the optimizer state
+    built on them). The plan runs the whole step as one graph and never
+    calls a block's ``forward``, so FSDP2's per-block hooks cannot gather a
+    block when it is reached; instead every block is gathered when the step
+    starts (one all-gather per block, after the root's), and each block's
+    gradients are reduce-scattered by FSDP2 once the plan's backward is done.
+    Inside the step a rank therefore holds the full parameters, as with
+    ``fully_shard`` on the whole module: :func:`comm_overhead_bytes` with
+    ``blocks=`` counts what sharding adds on top.
+
+    Parameters
+    ----------
+    rm : RematModule
+        From :func:`remat_torch.rematerialize`, not sharded yet.
+    blocks : iterable of torch.nn.Module
+        Submodules of the rematerialized model (for a transformer: its
+        layers), each sharded on its own.
+    **fsdp_kwargs
+        Passed to every ``fully_shard`` call (``mesh``, ``mp_policy``, ...).
+
+    Returns
+    -------
+    RematModule
+        ``rm``, now also an ``FSDPModule``.
+
+    Raises
+    ------
+    TypeError
+        If ``rm`` is not a :class:`~remat_torch.RematModule`.
+    ValueError
+        If ``rm`` is already sharded, or ``blocks`` is empty or holds a
+        module that is not a submodule of the rematerialized model.
+    """
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    from .api import RematModule
+
+    if not isinstance(rm, RematModule):
+        raise TypeError("`rm` must be a RematModule (rematerialize the model first, then shard it); "
+                        f"got {type(rm).__name__}")
+    if isinstance(rm, FSDPModule):
+        raise ValueError("`rm` is already sharded: call fully_shard_blocks on the RematModule instead of "
+                         "fully_shard")
+    blocks = list(blocks)
+    if not blocks:
+        raise ValueError("`blocks` must hold at least one submodule of the rematerialized model; got none")
+    inner = {id(m) for m in rm.module.modules() if m is not rm.module}
+    for i, blk in enumerate(blocks):
+        if not isinstance(blk, torch.nn.Module) or id(blk) not in inner:
+            raise ValueError(f"`blocks[{i}]` must be a submodule of the rematerialized model; got "
+                             f"{type(blk).__name__}")
+    for blk in blocks:
+        if not isinstance(blk, FSDPModule):
+            fully_shard(blk, **fsdp_kwargs)
+    fully_shard(rm, **fsdp_kwargs)
+    # registered after FSDP2's own pre-forward hook (which it prepends), so the root is set up first
+    rm.register_forward_pre_hook(_BlockGather(blocks), with_kwargs=True)
+    return rm
+
+
+class _BlockGather:
+    """Forward pre-hook of a block-sharded RematModule: gather every block before the plan runs."""
+
+    def __init__(self, blocks):
+        self.blocks = blocks
+
+    def __call__(self, module, args, kwargs):
+        if module.training and torch.is_grad_enabled():  # otherwise the blocks' own forward runs, with its hooks
+            for blk in self.blocks:
+                blk.unshard()
+        return None
