@@ -16,14 +16,17 @@ Executors (``remat_torch``, ``remat_tf``) run these statements in order.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator, Union
+from typing import TYPE_CHECKING, Any, Iterator, Union
 
 import numpy as np
 
-from .errors import RematError
+from .errors import RematError, ScheduleVerificationError
 from .graph import Graph
 from .schedule import RematResult, Schedule
 from .simulate import simulate
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .sequence import OpSequence
 
 __all__ = ["Compute", "Free", "ExecutionPlan", "ReplayResult", "InvalidPlanError", "make_plan", "replay"]
 
@@ -112,29 +115,49 @@ class ExecutionPlan(StatementList):
         return f"<ExecutionPlan: {self.num_registers} computes, {frees} frees, hoisted={self.hoisted}>"
 
 
-def make_plan(graph: Graph, schedule: Schedule | RematResult, hoist: bool = True) -> ExecutionPlan:
-    """Turn a schedule into an execution plan (Checkmate Algorithm 1).
+def make_plan(graph: Graph, schedule: "Schedule | OpSequence | RematResult", hoist: bool = True) -> ExecutionPlan:
+    """Turn a schedule or an operation sequence into an execution plan (Checkmate Algorithm 1).
 
     Parameters
     ----------
     graph : Graph
-    schedule : Schedule or RematResult
-        A valid schedule for ``graph`` (checked by the simulator first), or a
-        solver's result, whose :attr:`~RematResult.schedule` is planned.
+    schedule : Schedule, OpSequence or RematResult
+        A valid stage schedule for ``graph`` (checked by the simulator
+        first), an :class:`~remat_core.sequence.OpSequence` (checked by
+        :func:`~remat_core.sequence.simulate_sequence`), or a solver's
+        result: its :attr:`~RematResult.schedule` is planned, or its
+        ``sequence`` when it has no stage schedule (a DTR run recorded as it
+        ran). A result's plan is replayed and must be within its
+        ``budget_bytes``.
     hoist : bool
         Free each register right after its last read (default). ``False``
-        frees exactly where the simulator does.
+        frees exactly where the simulator does (for a sequence: at its free
+        events, so :func:`replay` gives the sequence's simulated timeline).
 
     Returns
     -------
     ExecutionPlan
+        For a sequence, a compute's ``stage`` is its node for the node's
+        first computation; a recomputation belongs to the stage of the next
+        first computation (as in a Checkmate stage, recomputations come
+        before the stage's new node), or to ``graph.n`` after the last one.
+        So ``stage == node`` exactly on first computations, as executors
+        assume.
 
     Raises
     ------
     InvalidScheduleError
-        If the schedule is invalid for ``graph``.
+        If the schedule or sequence is invalid for ``graph`` (naming the
+        stage or event).
+    InvalidPlanError
+        If a sequence computes a backward node (``graph.is_backward``)
+        before the first computation of every forward node: the executors
+        run the forward part, hand out the loss, then the backward part.
+    ScheduleVerificationError
+        If a result's plan replays above its ``budget_bytes`` (a bug).
     RematError
-        If ``schedule`` is a result without a schedule (the solve failed).
+        If ``schedule`` is a result with neither a schedule nor a sequence
+        (the solve failed).
 
     Examples
     --------
@@ -144,11 +167,40 @@ def make_plan(graph: Graph, schedule: Schedule | RematResult, hoist: bool = True
     >>> plan = make_plan(g, Schedule.checkpoint_all(g))
     >>> [type(s).__name__ for s in plan][:4]
     ['Compute', 'Compute', 'Compute', 'Free']
+    >>> from remat_core import solve
+    >>> res = solve(linear_graph(8), 6, method="dtr", order="given")
+    >>> replay(linear_graph(8), make_plan(linear_graph(8), res.sequence)).peak_memory_bytes <= 6
+    True
     """
+    from .sequence import OpSequence
+
+    budget = None
     if isinstance(schedule, RematResult):
-        if schedule.schedule is None:
-            raise RematError(f"no schedule to plan: status is {schedule.status.value} ({schedule.message})")
-        schedule = schedule.schedule
+        res = schedule
+        if res.schedule is not None:
+            schedule = res.schedule
+        elif res.sequence is not None and res.success:
+            schedule = res.sequence
+        else:
+            raise RematError(f"no schedule to plan: status is {res.status.value} ({res.message})")
+        budget = int(res.budget_bytes) if res.budget_bytes else None
+    if isinstance(schedule, OpSequence):
+        plan = _plan_sequence(graph, schedule, hoist)
+    elif isinstance(schedule, Schedule):
+        plan = _plan_schedule(graph, schedule, hoist)
+    else:
+        raise TypeError(f"`schedule` must be a Schedule, an OpSequence or a RematResult; got "
+                        f"{type(schedule).__name__}")
+    if budget is not None:
+        peak = replay(graph, plan).peak_memory_bytes
+        if peak > budget:
+            raise ScheduleVerificationError(f"the plan of this result replays at {peak} bytes, over its budget "
+                                            f"{budget} bytes")
+    return plan
+
+
+def _plan_schedule(graph: Graph, schedule: Schedule, hoist: bool) -> ExecutionPlan:
+    """Algorithm 1 over the stages of ``schedule``."""
     simulate(graph, schedule, timeline=False)  # validates; raises InvalidScheduleError
     n = graph.n
     deps = graph.deps
@@ -180,6 +232,60 @@ def make_plan(graph: Graph, schedule: Schedule | RematResult, hoist: bool = True
                 stmts.append(Free(register=regs.pop(0), node=i))
             if not regs:
                 del live[i]
+    if hoist:
+        stmts = _hoist(stmts)
+    return ExecutionPlan(stmts, n, hoisted=hoist)
+
+
+def _plan_sequence(graph: Graph, sequence, hoist: bool) -> ExecutionPlan:
+    """The statements of an operation sequence: a compute reads the newest resident copy of each input, a free
+    releases the oldest copy (copies hold the same value), and what is resident at the end is freed then."""
+    from .sequence import COMPUTE, simulate_sequence
+
+    simulate_sequence(graph, sequence, timeline=False)   # validates; raises InvalidScheduleError naming the event
+    n = graph.n
+    kinds, nodes = sequence.kind.tolist(), sequence.node.tolist()
+    is_compute = [kd == COMPUTE for kd in kinds]
+    # first computations, and the stage label of every compute (see make_plan)
+    first = [False] * len(kinds)
+    seen = [False] * n
+    for e, k in enumerate(nodes):
+        if is_compute[e] and not seen[k]:
+            seen[k] = first[e] = True
+    label = [n] * len(kinds)
+    upcoming = n
+    for e in range(len(kinds) - 1, -1, -1):
+        if is_compute[e]:
+            if first[e]:
+                upcoming = nodes[e]
+            label[e] = upcoming
+    bwd = graph.is_backward
+    if bwd.any() and not bwd.all():
+        first_pos = {k: e for e, k in enumerate(nodes) if first[e]}
+        last_forward = max(first_pos[k] for k in np.flatnonzero(~bwd).tolist())
+        early = next((e for e in range(last_forward) if is_compute[e] and bwd[nodes[e]]), None)
+        if early is not None:
+            late = max((k for k in np.flatnonzero(~bwd).tolist()), key=lambda k: first_pos[k])
+            raise InvalidPlanError(
+                f"the sequence computes backward node {nodes[early]} ({graph.names[nodes[early]]!r}) at event "
+                f"{early}, before the first computation of forward node {late} ({graph.names[late]!r}) at event "
+                f"{last_forward}; executors run every forward node's first computation before the backward")
+    deps = graph.deps
+    stmts: list[Statement] = []
+    live: dict[int, list[int]] = {}   # node -> registers holding it (oldest first)
+    reg = 0
+    for e, k in enumerate(nodes):
+        if is_compute[e]:
+            stmts.append(Compute(node=k, register=reg, inputs=tuple(live[i][-1] for i in deps[k]), stage=label[e]))
+            live.setdefault(k, []).append(reg)
+            reg += 1
+        else:
+            stmts.append(Free(register=live[k].pop(0), node=k))
+            if not live[k]:
+                del live[k]
+    for i in sorted(live):
+        for r in live[i]:
+            stmts.append(Free(register=r, node=i))
     if hoist:
         stmts = _hoist(stmts)
     return ExecutionPlan(stmts, n, hoisted=hoist)
