@@ -44,7 +44,7 @@ from typing import Iterable
 import numpy as np
 
 from .graph import Graph
-from .sequence import COMPUTE, FREE, OpSequence
+from .sequence import COMPUTE, FREE, OpSequence, two_phases
 
 __all__ = ["check_order", "liveness_peak_bytes", "order_sequence", "memory_aware_order", "candidate_orders",
            "renumbered", "sequence_in_original_numbering"]
@@ -146,6 +146,12 @@ def memory_aware_order(graph: Graph) -> np.ndarray:
     inputs) becomes ready only once one of its readers has every other input.
     Keys only fall as nodes run, so the ready set is a heap re-keyed lazily.
 
+    When the graph marks backward nodes (:func:`remat_core.sequence.two_phases`), every forward
+    node runs before any backward node: a backward pass starts from the
+    loss's gradient, which executors provide only after the forward (that
+    input is not an edge of the graph), so an order that starts the backward
+    early is not one a training step can run.
+
     Returns
     -------
     numpy.ndarray
@@ -162,11 +168,15 @@ def memory_aware_order(graph: Graph) -> np.ndarray:
     done = [False] * n
     order: list[int] = []
 
-    def key(k: int) -> tuple[int, int, int, int]:
+    bwd = graph.is_backward.tolist()
+    phased = two_phases(graph)
+    forward_left = sum(1 for b in bwd if not b) if phased else 0
+
+    def key(k: int) -> tuple[int, int, int, int, int]:
         close = min((waiting[j] for j in readers[k]), default=0)
         newest = max((when[i] for i in inputs[k]), default=-1)
         net = mem[k] - sum(mem[i] for i in inputs[k] if pending[i] == 1)
-        return (close, -newest, net, k)
+        return (int(phased and bwd[k]), close, -newest, net, k)
 
     # sources (no inputs) wait until a reader has every other input: computed earlier, they would only wait
     source = [not ins for ins in inputs]
@@ -195,11 +205,21 @@ def memory_aware_order(graph: Graph) -> np.ndarray:
         k = entry[-1]
         if done[k]:
             continue
+        if phased and bwd[k] and forward_left:           # forward sources held back for backward readers: now
+            late = [i for i in range(n) if source[i] and not released[i] and not bwd[i]]
+            for i in late:
+                released[i] = True
+                heapq.heappush(heap, key(i))
+            if late:
+                heapq.heappush(heap, entry)
+                continue
         fresh = key(k)
         if fresh != entry:                               # a stale key: queue the current one
             heapq.heappush(heap, fresh)
             continue
         done[k] = True
+        if phased and not bwd[k]:
+            forward_left -= 1
         when[k] = len(order)
         order.append(k)
         touched = set()

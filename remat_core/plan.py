@@ -150,9 +150,10 @@ def make_plan(graph: Graph, schedule: "Schedule | OpSequence | RematResult", hoi
         If the schedule or sequence is invalid for ``graph`` (naming the
         stage or event).
     InvalidPlanError
-        If a sequence computes a backward node (``graph.is_backward``)
-        before the first computation of every forward node: the executors
-        run the forward part, hand out the loss, then the backward part.
+        If a sequence computes a backward node before the first computation
+        of every forward node, on a graph whose adapter marked them
+        (:func:`remat_core.sequence.two_phases`): the executors run the forward
+        part, hand out the loss, then the backward part.
     ScheduleVerificationError
         If a result's plan replays above its ``budget_bytes`` (a bug).
     RematError
@@ -259,8 +260,10 @@ def _plan_sequence(graph: Graph, sequence, hoist: bool) -> ExecutionPlan:
             if first[e]:
                 upcoming = nodes[e]
             label[e] = upcoming
+    from .sequence import two_phases
+
     bwd = graph.is_backward
-    if bwd.any() and not bwd.all():
+    if two_phases(graph):
         first_pos = {k: e for e, k in enumerate(nodes) if first[e]}
         last_forward = max(first_pos[k] for k in np.flatnonzero(~bwd).tolist())
         early = next((e for e in range(last_forward) if is_compute[e] and bwd[nodes[e]]), None)

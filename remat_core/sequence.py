@@ -11,6 +11,10 @@ k" and "free node i" events anyway. This room holds that sequence form:
 * :func:`from_schedule` -- the sequence a stage schedule stands for, with the
   frees placed exactly where the simulator's accounting frees (so the two
   forms simulate equal: one judge);
+* :func:`two_phases` -- whether a run of the graph must compute every
+  forward node before any backward node (the adapters' graphs: executors
+  hand out the loss between the two parts), which sequence plans and the
+  memory-aware order respect;
 * :func:`simulate_sequence` -- the judge of a sequence, with the same memory
   accounting as :func:`remat_core.simulate`: a compute allocates the value
   (the instant's peak adds the node's workspace), a free releases one copy.
@@ -40,7 +44,7 @@ from .graph import Graph
 from .schedule import Schedule
 from .simulate import SimulationResult
 
-__all__ = ["COMPUTE", "FREE", "OpSequence", "from_schedule", "simulate_sequence"]
+__all__ = ["COMPUTE", "FREE", "OpSequence", "from_schedule", "simulate_sequence", "two_phases"]
 
 COMPUTE = 0
 FREE = 1
@@ -73,6 +77,43 @@ class OpSequence:
     def computations(self) -> np.ndarray:
         """The nodes computed, in order."""
         return self.node[self.kind == COMPUTE]
+
+    def to_dict(self) -> dict:
+        """JSON-ready form: ``{"kind": [0 compute / 1 free, ...], "node": [...]}``.
+
+        Examples
+        --------
+        >>> seq = OpSequence([COMPUTE, COMPUTE, FREE], [0, 1, 0])
+        >>> OpSequence.from_dict(seq.to_dict()) == seq
+        True
+        """
+        return {"kind": self.kind.tolist(), "node": self.node.tolist()}
+
+    @classmethod
+    def from_dict(cls, data) -> "OpSequence":
+        """Inverse of :meth:`to_dict` (judge the result with :func:`simulate_sequence` before use).
+
+        Raises
+        ------
+        InvalidScheduleError
+            If ``kind`` or ``node`` is missing, not a list of integers, or
+            the two differ in length.
+        """
+        try:
+            kind, node = data["kind"], data["node"]
+            if not all(isinstance(x, int) and not isinstance(x, bool) for x in list(kind) + list(node)):
+                raise TypeError("entries must be integers")
+            return cls(np.asarray(kind, dtype=np.int64), np.asarray(node, dtype=np.int64))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidScheduleError(f"sequence JSON needs `kind` and `node`, lists of integers of one length "
+                                       f"(`kind` 0 compute / 1 free): {exc}") from None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, OpSequence):
+            return NotImplemented
+        return np.array_equal(self.kind, other.kind) and np.array_equal(self.node, other.node)
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def from_schedule(graph: Graph, schedule: Schedule) -> OpSequence:
@@ -185,3 +226,11 @@ def simulate_sequence(graph: Graph, sequence: OpSequence, timeline: bool = True)
     return SimulationResult(total_cost=float(graph.cost @ computed) if n else 0.0, peak_memory_bytes=int(peak),
                             peak_stage=int(peak_event), peak_node=int(peak_node), compute_counts=computed,
                             **extra)
+
+
+def two_phases(graph: Graph) -> bool:
+    """Whether a run of ``graph`` must compute every forward node before any backward node: the graph marks both
+    kinds (``graph.is_backward``) as recorded by its adapter. A split only guessed from the numbering
+    (``graph.meta["backward_inferred"]``, the DTR recordings) is not enforced."""
+    bwd = graph.is_backward
+    return bool(bwd.any() and not bwd.all() and not graph.meta.get("backward_inferred"))

@@ -161,6 +161,19 @@ def test_orders_are_topological_and_liveness_peaks_agree_with_the_judge(g):
         seq = order_sequence(g, order)
         assert simulate_sequence(g, seq).peak_memory_bytes == liveness_peak_bytes(g, order)
     assert liveness_peak_bytes(g, range(g.n)) == checkpoint_all_peak_bytes(g)
+    # every forward node before any backward node (the loss's gradient exists only after the forward), so that
+    # a plan in this order is one a training step runs (make_plan refuses the others)
+    bwd = g.is_backward[memory_aware_order(g)]
+    assert not (np.diff(bwd.astype(int)) < 0).any()
+
+
+def test_memory_aware_order_keeps_the_backward_after_the_forward():
+    """A backward node that reads only forward sources is ready early; it still waits for the whole forward."""
+    g = _graph([("x", 1, 4, ()), ("w", 1, 1, ()), ("y", 1, 4, ("x",)), ("z", 1, 4, ("y",)),
+                ("dw", 1, 1, ("w",))])
+    g = g.replace(is_backward=np.array([False, False, False, False, True]))
+    order = memory_aware_order(g)
+    assert [g.names[k] for k in order][-1] == "dw"
 
 
 @settings(max_examples=25, deadline=None)

@@ -1,5 +1,7 @@
 """Operation sequences: one judge for the sequence form and the stage form (remat_core.sequence)."""
 
+import json
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -72,3 +74,13 @@ def test_bad_sequences_name_the_event():
         simulate_sequence(g, OpSequence(np.array([COMPUTE]), np.array([0])))
     with pytest.raises(ValueError, match="`kind`"):
         OpSequence(np.array([3]), np.array([0]))
+
+
+def test_sequence_json_round_trip_and_bad_json():
+    seq = OpSequence([COMPUTE, COMPUTE, FREE, COMPUTE], [0, 1, 0, 2])
+    back = OpSequence.from_dict(json.loads(json.dumps(seq.to_dict())))
+    assert back == seq and back != OpSequence([COMPUTE], [0])
+    for bad in ({"kind": [0]}, {"kind": [0, 1], "node": [0]}, {"kind": [0], "node": ["a"]},
+                {"kind": [2], "node": [0]}, {"kind": [0], "node": [True]}):
+        with pytest.raises(InvalidScheduleError, match="sequence JSON"):
+            OpSequence.from_dict(bad)
