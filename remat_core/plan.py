@@ -125,10 +125,11 @@ def make_plan(graph: Graph, schedule: "Schedule | OpSequence | RematResult", hoi
         A valid stage schedule for ``graph`` (checked by the simulator
         first), an :class:`~remat_core.sequence.OpSequence` (checked by
         :func:`~remat_core.sequence.simulate_sequence`), or a solver's
-        result: its :attr:`~RematResult.schedule` is planned, or its
-        ``sequence`` when it has no stage schedule (a DTR run recorded as it
-        ran). A result's plan is replayed and must be within its
-        ``budget_bytes``.
+        result: its ``sequence`` when it has one (a DTR run recorded as it
+        ran: the run its ``objective`` and ``peak_memory_bytes`` describe;
+        for the stage run alone it is that schedule's events, whose plan is
+        the schedule's), else its :attr:`~RematResult.schedule`. A result's
+        plan is replayed and must be within its ``budget_bytes``.
     hoist : bool
         Free each register right after its last read (default). ``False``
         frees exactly where the simulator does (for a sequence: at its free
@@ -178,10 +179,10 @@ def make_plan(graph: Graph, schedule: "Schedule | OpSequence | RematResult", hoi
     budget = None
     if isinstance(schedule, RematResult):
         res = schedule
-        if res.schedule is not None:
-            schedule = res.schedule
-        elif res.sequence is not None and res.success:
+        if res.sequence is not None and res.success:   # the run that objective and peak_memory_bytes describe
             schedule = res.sequence
+        elif res.schedule is not None:
+            schedule = res.schedule
         else:
             raise RematError(f"no schedule to plan: status is {res.status.value} ({res.message})")
         budget = int(res.budget_bytes) if res.budget_bytes else None
