@@ -6,15 +6,21 @@ For each size, ``tests/torch/dist_worker.py ddp,fsdp`` runs two ranks (gloo,
 one machine) of a pre-LN causal transformer with its loss inside, planned by
 ``remat_torch.distributed.rematerialize_shared`` at budget 0.5 (rank 0 solves,
 rank 1 reuses the plan), wrapped in ``DistributedDataParallel`` or FSDP2
-``fully_shard`` (whole module), against the same wrapper around the plain
-model, three SGD steps each. Per rank:
+``fully_shard`` (whole module), and ``fsdp-blocks``: planned on each rank by
+``rematerialize`` and sharded per block by
+``remat_torch.distributed.fully_shard_blocks``, against the same wrapper
+around the plain model, three SGD steps each; ``fsdp-compiled``:
+``torch.compile(fully_shard(model), backend=remat_torch.backend(0.5,
+inductor=False))`` against eager FSDP2. Per rank:
 
 * **plan peak**: the executed plan's peak in the memory model
   (``RematModule.predicted_peak_bytes``: full parameters, inputs and the
   plan's activations and gradients);
 * **overhead**: :func:`remat_torch.distributed.comm_overhead_bytes` (DDP's
   gradient buckets; FSDP2's parameter and gradient shards and its all-gather
-  output);
+  output; per block, the root's all-gather output and the largest block's
+  buffer); for the compiled plan, whose bytes are above the level before the
+  step, also the gathered parameters, less the shard counted as resident;
 * **measured**: the c10 allocator's peak rise during the third step
   (:class:`remat_torch.meter.AllocatorMeter`) plus what was resident before
   it (the storages of the rank's parameters or shards and of the inputs, and
@@ -39,6 +45,7 @@ sys.path.insert(0, HERE)
 import _report  # noqa: E402
 
 WORKER = os.path.join(HERE, "..", "tests", "torch", "dist_worker.py")
+SCENARIOS = ("ddp", "fsdp", "fsdp-blocks", "fsdp-compiled")
 SIZES = {"tiny": dict(D=32, LAYERS=2, SEQ=32, BATCH=4), "small": dict(D=128, LAYERS=4, SEQ=128, BATCH=8)}
 
 
@@ -47,7 +54,7 @@ def run(size: dict, timeout_s: float) -> dict:
                **{f"REMAT_DIST_{k}": str(v) for k, v in size.items()})
     with tempfile.TemporaryDirectory() as out:
         t0 = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, WORKER, "ddp,fsdp", out], env=env, stdout=subprocess.PIPE,
+        proc = subprocess.Popen([sys.executable, WORKER, ",".join(SCENARIOS), out], env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         try:
             text, _ = proc.communicate(timeout=timeout_s)
@@ -63,7 +70,7 @@ def run(size: dict, timeout_s: float) -> dict:
         if proc.returncode != 0:
             raise SystemExit(text.decode(errors="replace")[-4000:])
         recs = {s: [json.load(open(os.path.join(out, f"{s}-rank{r}.json"))) for r in range(2)]
-                for s in ("ddp", "fsdp")}
+                for s in SCENARIOS}
     return {"records": recs, "wall_s": time.perf_counter() - t0}
 
 
@@ -80,11 +87,17 @@ def main():
         for strategy, recs in res["records"].items():
             for rec in recs:
                 measured = rec["resident"] + rec["rises"][-1]
-                predicted = rec["predicted_peak_bytes"] + rec["overhead_bytes"]
-                rows.append([name, strategy, rec["rank"], rec["method"], rec["budget_bytes"],
-                             rec["predicted_peak_bytes"], rec["overhead_bytes"], predicted, measured,
-                             round(measured / predicted, 3), rec["budget_bytes"] + rec["overhead_bytes"],
-                             f"{max(rec['diffs']):.1e}"])
+                if strategy == "fsdp-compiled":  # bytes above the step's start: the gathered parameters on top
+                    (plan,) = rec["plans"]
+                    shard = rec["resident"] - rec["input_bytes"]
+                    overhead = rec["resident"] + rec["param_bytes"] + rec["overhead_bytes"] - shard
+                    method, budget, peak = plan["source"], plan["budget_bytes"], plan["predicted_peak_bytes"]
+                else:
+                    overhead = rec["overhead_bytes"]
+                    method, budget, peak = rec["method"], rec["budget_bytes"], rec["predicted_peak_bytes"]
+                predicted = peak + overhead
+                rows.append([name, strategy, rec["rank"], method, budget, peak, overhead, predicted, measured,
+                             round(measured / predicted, 3), budget + overhead, f"{max(rec['diffs']):.1e}"])
     _report.save_json("distributed", {"machine": _report.machine_line(), "sizes": {s: SIZES[s] for s in sizes},
                                       "results": raw})
     size_txt = "; ".join(f"{s}: d={v['D']}, {v['LAYERS']} layers, sequence {v['SEQ']}, batch {v['BATCH']} per rank"
@@ -101,6 +114,11 @@ def main():
         "DDP: the measured per-rank peak equals the plan's peak plus one copy of the gradients (DDP's buckets). "
         "FSDP2 (`fully_shard` on the whole rematerialized module): the model is an upper bound; its all-gather "
         "output lives through the forward while the plan's peak is in the backward, so the rank stays below it. "
+        "fsdp-blocks (`fully_shard_blocks`): every block is gathered when the step starts (the plan never calls a "
+        "block's forward), so inside the step the rank holds the full parameters as with whole-module sharding; "
+        "the overhead counts the root's all-gather output and one block's buffer instead of all parameters. "
+        "fsdp-compiled: the compiled plan's bytes are above the level before the step, so its overhead column "
+        "also holds what was resident and the gathered parameters. "
         "No GPU was available: no NCCL or CUDA numbers are measured yet.",
     ])
     _report.write_section("distributed", md)

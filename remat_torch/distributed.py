@@ -24,7 +24,7 @@ import torch
 
 from .api import rematerialize
 
-__all__ = ["rematerialize_shared", "comm_overhead_bytes", "fully_shard_blocks", "STRATEGIES"]
+__all__ = ["rematerialize_shared", "comm_overhead_bytes", "compiled_budget_bytes", "fully_shard_blocks", "STRATEGIES"]
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +128,73 @@ def comm_overhead_bytes(model, strategy: str, world_size: int, blocks=None) -> i
     return 2 * shard + root + max(per_block, default=0)
 
 
+def compiled_budget_bytes(model, budget: Any, strategy: str, world_size: int, resident_bytes: int,
+                          blocks=None) -> int:
+    """The budget in bytes for :func:`remat_torch.compiled.backend` that keeps a rank within ``budget``.
+
+    The compiled backend's budget in bytes is what the step may add above
+    the level before it. Before a step a rank holds ``resident_bytes``: its
+    parameters (FSDP2: its shards), the optimizer state, the batch, DDP's
+    gradient buckets. During the step it adds, besides the plan:
+
+    ``"ddp"``
+        Nothing after the first steps; DDP rebuilds its buckets once, in the
+        second step, while the old ones live: the parameters' bytes.
+    ``"fsdp"``
+        The gathered parameters (their bytes) and FSDP2's buffers beyond the
+        parameter shard (:func:`comm_overhead_bytes` less one shard).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model before wrapping.
+    budget : int or str
+        Per-device bytes.
+    strategy : {"ddp", "fsdp"}
+    world_size : int
+    resident_bytes : int
+        What the rank holds before a step (on a GPU: ``torch.cuda.memory_allocated()``
+        then).
+    blocks : iterable of torch.nn.Module, optional
+        As :func:`comm_overhead_bytes`.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    ValueError
+        As :func:`comm_overhead_bytes`; a negative ``resident_bytes``; a
+        ``budget`` that leaves nothing for the step.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from remat_torch.distributed import compiled_budget_bytes
+    >>> net = torch.nn.Linear(10, 10)  # 440 bytes of parameters
+    >>> compiled_budget_bytes(net, 10_000, "fsdp", 2, resident_bytes=1_000)  # 10,000 - 1,000 - 440 - 660
+    7900
+    """
+    from remat_core.units import _whole_bytes, format_bytes, parse_bytes
+
+    if isinstance(resident_bytes, bool) or not isinstance(resident_bytes, int) or resident_bytes < 0:
+        raise ValueError(f"`resident_bytes` must be a non-negative integer; got {resident_bytes!r}")
+    total = parse_bytes(_whole_bytes(budget), "budget")
+    overhead = comm_overhead_bytes(model, strategy, world_size, blocks=blocks)
+    nbytes = _param_bytes(model)
+    if strategy == "ddp":
+        step = nbytes
+    else:
+        step = nbytes + overhead - (-(-nbytes // world_size))
+    left = total - resident_bytes - step
+    if left <= 0:
+        raise ValueError(f"`budget` {format_bytes(total)} per device leaves nothing for the step: the rank holds "
+                         f"{format_bytes(resident_bytes)} before it and {strategy} adds {format_bytes(step)}; give "
+                         "a larger `budget`")
+    return left
+
+
 def _call_signature(args, kwargs) -> str:
     """What decides whether two ranks can share a plan: the call's structure, tensor shapes and dtypes."""
     from torch.utils._pytree import tree_flatten
@@ -142,7 +209,7 @@ def _call_signature(args, kwargs) -> str:
     return "|".join(parts)
 
 
-def _plan_budget(model, budget: Any, strategy: str | None, world_size: int) -> Any:
+def _plan_budget(model, budget: Any, strategy: str | None, world_size: int, blocks=None) -> Any:
     """The plan's budget for a per-device ``budget``: bytes less the wrapper's overhead; a fraction as is."""
     if strategy is None or budget is None:
         return budget
@@ -151,7 +218,7 @@ def _plan_budget(model, budget: Any, strategy: str | None, world_size: int) -> A
     if _as_fraction(budget, "budget") is not None:
         return budget
     total = parse_bytes(_whole_bytes(budget), "budget")
-    overhead = comm_overhead_bytes(model, strategy, world_size)
+    overhead = comm_overhead_bytes(model, strategy, world_size, blocks=blocks)
     if total <= overhead:
         raise ValueError(f"`budget` {format_bytes(total)} per device does not even hold what {strategy} keeps on "
                          f"each of {world_size} ranks ({format_bytes(overhead)}); give a larger `budget`")
@@ -159,7 +226,7 @@ def _plan_budget(model, budget: Any, strategy: str | None, world_size: int) -> A
 
 
 def rematerialize_shared(model, example_inputs=(), budget: Any = None, *, example_kwargs: dict | None = None,
-                         group=None, strategy: str | None = None, **options):
+                         group=None, strategy: str | None = None, blocks=None, **options):
     """:func:`remat_torch.rematerialize` on every rank, solving once per distinct input shape.
 
     Every rank of ``group`` calls it with its own example inputs. Ranks whose
@@ -184,6 +251,9 @@ def rematerialize_shared(model, example_inputs=(), budget: Any = None, *, exampl
         ``budget`` less :func:`comm_overhead_bytes` for this wrapper and the
         group's size. A fraction of activation memory is the plan's budget
         either way. Without it, a budget in bytes is the plan's.
+    blocks : iterable of torch.nn.Module, optional
+        With ``strategy="fsdp"``: the blocks that :func:`fully_shard_blocks`
+        will shard on their own (the overhead is then per block).
     **options
         Passed to :func:`~remat_torch.rematerialize`.
 
@@ -216,7 +286,9 @@ def rematerialize_shared(model, example_inputs=(), budget: Any = None, *, exampl
         raise ValueError("`plan` cannot be combined with rematerialize_shared (it shares the plans it makes)")
     group_ok = dist.is_available() and dist.is_initialized()
     world = dist.get_world_size(group) if group_ok else 1
-    budget = _plan_budget(model, budget, strategy, world)
+    if blocks is not None:
+        blocks = list(blocks)
+    budget = _plan_budget(model, budget, strategy, world, blocks)
     if not group_ok:
         return rematerialize(model, example_inputs, budget, example_kwargs=example_kwargs, **options)
     rank = dist.get_rank(group)

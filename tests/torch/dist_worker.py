@@ -229,6 +229,64 @@ def run_ddp_compiled(rank, world, scenario, out_dir):
     _write(out_dir, scenario, rank, rec)
 
 
+#: the compiled FSDP2 scenarios: (blocks sharded on their own, budget)
+FSDP_COMPILED = {
+    "fsdp-compiled": (False, 0.5),
+    "fsdp-compiled-blocks": (True, 0.6),
+}
+
+
+def run_fsdp_compiled(rank, world, scenario, out_dir):
+    """``torch.compile(model, backend=remat_torch.backend(budget, inductor=False))`` on an FSDP2-sharded model
+    (``fully_shard`` on the whole model, or on each block and then the root), against the same sharding of the
+    plain model in eager mode: three SGD steps, the reduced gradient shards on every step, each step's measured
+    rise, the plans. FSDP2's hooks stay outside the compiled graphs (Dynamo's ``skip_fsdp_hooks``), which see
+    the gathered parameters."""
+    from torch.distributed.fsdp import fully_shard
+
+    import remat_torch
+    from remat_torch import distributed as rdist
+
+    blocks, budget = FSDP_COMPILED[scenario]
+    torch.manual_seed(0)
+    base = TinyLM()
+    plain = TinyLM()
+    plain.load_state_dict(base.state_dict())
+    overhead = rdist.comm_overhead_bytes(base, "fsdp", world, blocks=base.blocks if blocks else None)
+    if blocks:
+        for m in (plain, base):
+            for blk in m.blocks:
+                fully_shard(blk)
+    ref, ours = fully_shard(plain), fully_shard(base)
+    torch._dynamo.reset()
+    graphs0 = int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+    be = remat_torch.backend(budget=budget, inductor=False, method="dtr", time_limit_s=5)
+    step = torch.compile(ours, backend=be)
+    ids, labels = _batch(rank, 0)
+    resident = _resident_bytes([_local(p) for p in ours.parameters()] + list(ours.buffers()) + [ids, labels])
+    g_ref, _ = _train(ref, rank, measure=False)
+    g_ours, rises = _train(step, rank, measure=True)
+    diffs = [max(float((a - b).abs().max()) for a, b in zip(ga, gb)) for ga, gb in zip(g_ours, g_ref)]
+    scale = max(float(g.abs().max()) for g in g_ref[0])
+    plans = [{"budget_bytes": p.budget_bytes, "predicted_peak_bytes": p.predicted_peak_bytes,
+              "measured_peak_bytes": p.measured_peak_bytes, "fixed_bytes": p.fixed_bytes,
+              "default_peak_bytes": p.default_peak_bytes, "recomputed": p.n_recomputed, "source": p.source}
+             for p in be.partitioner.plans]
+    # the per-rank budget this run kept (what was resident, the gathered parameters, FSDP2's buffers beyond the
+    # shard, the plan's budget), turned back into the backend's by compiled_budget_bytes
+    nbytes = rdist._param_bytes(plain)
+    shard = resident - ids.nbytes - labels.nbytes
+    per_rank = resident + nbytes + overhead - shard + plans[0]["budget_bytes"]
+    back = rdist.compiled_budget_bytes(plain, per_rank, "fsdp", world, resident_bytes=resident,
+                                       blocks=plain.blocks if blocks else None)
+    rec = {"rank": rank, "diffs": diffs, "grad_scale": scale, "rises": rises, "resident": resident,
+           "backend_budget_bytes": back, "per_rank_budget_bytes": per_rank, "input_bytes": ids.nbytes + labels.nbytes,
+           "plans": plans, "overhead_bytes": overhead, "param_bytes": nbytes,
+           "graphs": int(torch._dynamo.utils.counters["stats"]["unique_graphs"]) - graphs0,
+           "grad_types": sorted({type(p.grad).__name__ for p in ours.parameters()})}
+    _write(out_dir, scenario, rank, rec)
+
+
 def _write(out_dir, scenario, rank, rec):
     import torch.distributed as dist
 
@@ -322,7 +380,7 @@ def run_fsdp_blocks(rank, world, out_dir):
            "fixed_bytes": int(rm.extracted.graph.fixed_bytes),
            "overhead_bytes": rdist.comm_overhead_bytes(base, "fsdp", world, blocks=base.blocks),
            "overhead_whole_bytes": rdist.comm_overhead_bytes(base, "fsdp", world),
-           "recomputed": int(rm.result.schedule.compute_counts().max()),
+           "recomputed": int(rm.result.schedule.compute_counts().max()), "method": rm.result.method,
            "sharded": sorted({type(p).__name__ for p in ours.parameters()}),
            "grad_types": sorted({type(p.grad).__name__ for p in ours.parameters()})}
     _write(out_dir, "fsdp-blocks", rank, rec)
@@ -431,6 +489,8 @@ def _entry(rank, world, scenario, out_dir, port):
                 run_wrapped(rank, world, name, out_dir)
             elif name in DDP_COMPILED:
                 run_ddp_compiled(rank, world, name, out_dir)
+            elif name in FSDP_COMPILED:
+                run_fsdp_compiled(rank, world, name, out_dir)
             elif name in ("ddp-dtr", "fsdp-dtr", "fsdp-dtr-local"):
                 run_dtr(rank, world, name, out_dir)
             elif name == "fsdp-blocks":

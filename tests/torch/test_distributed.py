@@ -85,8 +85,13 @@ def wrapped_runs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def compiled_runs(tmp_path_factory):
-    return _run_ranks(["ddp-compiled", "ddp-compiled-buckets", "ddp-compiled-one-graph"],
+    return _run_ranks(["ddp-compiled", "ddp-compiled-buckets", "ddp-compiled-one-graph", "fsdp-compiled"],
                       tmp_path_factory.mktemp("dist-compiled"))
+
+
+@pytest.fixture(scope="module")
+def fsdp_compiled_blocks_runs(tmp_path_factory):
+    return _run_ranks(["fsdp-compiled-blocks"], tmp_path_factory.mktemp("dist-fsdp-compiled-blocks"))
 
 
 @pytest.fixture(scope="module")
@@ -174,6 +179,45 @@ def test_compiled_plan_under_ddp_with_inductor(compiled_inductor_runs):
     _check_one_compiled_plan(compiled_inductor_runs["ddp-compiled-inductor"], tol=1e-5)
     for rec in compiled_inductor_runs["ddp-compiled-inductor"]:
         assert rec["plans"][0]["measured_peak_bytes"] is not None, rec  # the compile-time check ran
+
+
+def test_compiled_plan_under_fsdp2(compiled_runs):
+    """``torch.compile(fully_shard(model), backend=remat_torch.backend(0.5))``: FSDP2's hooks run outside the
+    one compiled graph, which gets the gathered parameters. The reduced gradient shards equal eager FSDP2's on
+    every step; the rank's measured peak (its shards and inputs, plus the step's rise) is within the per-rank
+    model: what was resident, the gathered parameters, FSDP2's buffers beyond the shard
+    (``comm_overhead_bytes`` less the shard already resident) and the plan's peak above the step's start,
+    which with the plan's budget in place of its peak is within the per-rank budget."""
+    for rec in compiled_runs["fsdp-compiled"]:
+        assert rec["grad_types"] == ["DTensor"] and rec["graphs"] == 1, rec
+        assert len(rec["diffs"]) == 3 and max(rec["diffs"]) <= 1e-6 * max(rec["grad_scale"], 1.0), rec
+        (plan,) = rec["plans"]
+        assert plan["recomputed"] > 0 and plan["predicted_peak_bytes"] <= plan["budget_bytes"], rec
+        shard = rec["resident"] - 2048  # the parameter shards (the inputs: 2,048 B)
+        around = rec["resident"] + rec["param_bytes"] + rec["overhead_bytes"] - shard
+        measured = rec["resident"] + rec["rises"][-1]
+        assert measured <= around + plan["predicted_peak_bytes"] + SLACK_BYTES, rec
+        assert measured <= around + plan["budget_bytes"] + SLACK_BYTES, rec
+        # the gathered parameters and the plan's own part are really there
+        assert measured >= rec["resident"] + rec["param_bytes"] + plan["measured_peak_bytes"] - SLACK_BYTES, rec
+        # compiled_budget_bytes turns this per-rank budget back into the backend's
+        assert rec["backend_budget_bytes"] == plan["budget_bytes"], rec
+
+
+@pytest.mark.slow
+def test_compiled_under_fsdp2_per_block(fsdp_compiled_blocks_runs):
+    """``fully_shard`` per block, then the root, then ``torch.compile``: Dynamo breaks the graph at each block
+    (FSDP2's hooks are skipped), and the break inside the loop over the blocks leaves the model's own forward
+    eager; each block's forward is one compiled graph with its own plan (one plan here: both blocks share the
+    code), within its own budget (0.6 of that graph's activation memory: 0.5 is below the smallest plan found,
+    0.526). The reduced gradient shards equal eager per-block FSDP2's on every step. There is no single plan
+    for the step, so no per-rank bound is asserted."""
+    for rec in fsdp_compiled_blocks_runs["fsdp-compiled-blocks"]:
+        assert rec["grad_types"] == ["DTensor"], rec
+        assert len(rec["diffs"]) == 3 and max(rec["diffs"]) <= 1e-6 * max(rec["grad_scale"], 1.0), rec
+        assert rec["plans"], rec
+        for plan in rec["plans"]:
+            assert plan["recomputed"] > 0 and plan["predicted_peak_bytes"] <= plan["budget_bytes"], rec
 
 
 def _check_dtr_records(records):
@@ -275,6 +319,26 @@ def test_comm_overhead_bytes_model():
         comm_overhead_bytes(net, "ddp", 0)
 
 
+def test_compiled_budget_bytes_model():
+    from remat_torch.distributed import comm_overhead_bytes, compiled_budget_bytes
+
+    net = torch.nn.Sequential(torch.nn.Linear(10, 10), torch.nn.Linear(10, 3))  # 572 bytes of parameters
+    # DDP: what was resident, and the buckets DDP rebuilds once (the parameters' bytes)
+    assert compiled_budget_bytes(net, 10_000, "ddp", 4, resident_bytes=2_000) == 10_000 - 2_000 - 572
+    # FSDP2: the gathered parameters, and FSDP2's buffers beyond the shard already resident (143 B)
+    over = comm_overhead_bytes(net, "fsdp", 4)
+    assert compiled_budget_bytes(net, "10000B", "fsdp", 4, resident_bytes=2_000) == 10_000 - 2_000 - 572 - over + 143
+    over_b = comm_overhead_bytes(net, "fsdp", 4, blocks=[net[0]])
+    assert compiled_budget_bytes(net, 10_000, "fsdp", 4, resident_bytes=0, blocks=[net[0]]) == \
+        10_000 - 572 - over_b + 143
+    with pytest.raises(ValueError, match="`resident_bytes`"):
+        compiled_budget_bytes(net, 10_000, "fsdp", 4, resident_bytes=-1)
+    with pytest.raises(ValueError, match="`budget`"):
+        compiled_budget_bytes(net, 2_000, "fsdp", 4, resident_bytes=1_000)
+    with pytest.raises(ValueError, match="`strategy`"):
+        compiled_budget_bytes(net, 10_000, "zero3", 4, resident_bytes=0)
+
+
 def test_rematerialize_shared_without_process_group_is_rematerialize():
     from remat_torch.distributed import rematerialize_shared
 
@@ -298,6 +362,9 @@ def test_a_budget_in_bytes_is_per_device_with_a_strategy():
     assert rm.predicted_peak_bytes + comm_overhead_bytes(net, "fsdp", 1) <= 400_000
     full = rematerialize_shared(net, (x,), budget=1.0, strategy="ddp", method="checkpoint-all", cost_model="unit")
     assert full.result.budget_bytes == rm.result.peak_memory_bytes  # a fraction is of the plan's own memory
+    blocks = rematerialize_shared(net, (x,), budget=400_000, strategy="fsdp", blocks=[net[0]],
+                                  method="checkpoint-all", cost_model="unit")
+    assert blocks.result.budget_bytes == 400_000 - comm_overhead_bytes(net, "fsdp", 1, blocks=[net[0]])
     with pytest.raises(ValueError, match="`budget`"):
         rematerialize_shared(net, (x,), budget=1000, strategy="ddp")
     with pytest.raises(ValueError, match="`strategy`"):
