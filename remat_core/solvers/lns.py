@@ -46,7 +46,7 @@ from ..formulation.standard_form import StandardForm
 from ..graph import Graph
 from ..schedule import Schedule
 
-__all__ = ["WindowProgram", "window_program", "reoptimize_window", "windows", "improve_windows"]
+__all__ = ["WindowProgram", "window_program", "reoptimize_window", "windows", "round_plan", "improve_windows"]
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,8 @@ WIDTHS = (8, 16, 32, 64)
 #: Seconds a window's program may run when there is a deadline (its best point so far is taken): many
 #: windows a little each beat a few solved to optimality (HiGHS's bound on a window closes slowly).
 WINDOW_S = 1.0
-#: Rounds of :func:`improve_windows`: each looks one level of inputs further, with twice the time a program.
+#: Rounds of a cycle of :func:`improve_windows` (:func:`round_plan`): each looks one level of inputs further,
+#: with twice the time a program.
 ROUNDS = 4
 #: A window's program is not built beyond this many binary columns (its build and solve would not pay).
 MAX_BINARIES = 30_000
@@ -322,17 +323,20 @@ def reoptimize_window(graph: Graph, schedule: Schedule, budget_bytes: int, a: in
                       rows: tuple[list[set[int]], list[set[int]]] | None = None) -> Schedule | None:
     """The incumbent with stages ``a .. b-1`` re-optimized by the window's MILP (HiGHS, warm-started
     from the incumbent), when that is cheaper and the simulator finds it within ``budget_bytes``; else ``None``."""
+    rows = rows if rows is not None else _rows_of(schedule)
+    prog = window_program(graph, schedule, budget_bytes, a, b, depth, rows)
+    return None if prog is None else _solved(graph, schedule, budget_bytes, prog, time_limit_s, rows)
+
+
+def _solved(graph: Graph, schedule: Schedule, budget_bytes: int, prog: WindowProgram, time_limit_s: float | None,
+            rows: tuple[list[set[int]], list[set[int]]]) -> Schedule | None:
+    """:func:`reoptimize_window` once the program is built."""
     from ..simulate import simulate
     from .backends import solve_arrays
 
-    rows = rows if rows is not None else _rows_of(schedule)
-    prog = window_program(graph, schedule, budget_bytes, a, b, depth, rows)
-    if prog is None:
-        return None
-    f = prog.form
+    a, b, f = prog.a, prog.b, prog.form
     out = solve_arrays("highs", f.c, f.A, f.row_lo, f.row_hi, f.col_lo, f.col_hi, f.integrality,
-                       time_limit_s=time_limit_s, threads=None, start=prog.start,
-                       mip_rel_gap=1e-6)
+                       time_limit_s=time_limit_s, threads=None, start=prog.start, mip_rel_gap=1e-6)
     if out.x is None or out.objective is None or out.objective >= prog.start_cost - 1e-9:
         return None
     cand = _spliced(schedule, prog, np.asarray(out.x), rows)
@@ -347,21 +351,43 @@ def reoptimize_window(graph: Graph, schedule: Schedule, budget_bytes: int, a: in
     return cand
 
 
-def windows(graph: Graph, schedule: Schedule, width: int) -> list[tuple[int, int]]:
-    """Windows of ``width`` stages (overlapping by half) that recompute something, the costliest first
-    (ties: the earlier window)."""
+def windows(graph: Graph, schedule: Schedule, width: int, offset: int = 0) -> list[tuple[int, int]]:
+    """Windows of ``width`` stages (overlapping by half, the first starting at ``offset`` modulo half a width)
+    that recompute something, the costliest first (ties: the earlier window)."""
     n = graph.n
     R_ptr, R_idx, _, _ = schedule.csr
     stage = np.repeat(np.arange(n), np.diff(R_ptr))
     rec = np.bincount(stage[R_idx != stage], weights=graph.cost[R_idx[R_idx != stage]], minlength=n)
     step = max(1, width // 2)
+    first = int(offset) % step
+    starts = ([0] if first else []) + list(range(first, max(n - width, 0) + step, step))
     out = []
-    for a in range(0, max(n - width, 0) + step, step):
+    for a in starts:
         b = min(n, a + width)
         score = float(rec[a:b].sum())
         if score > 0:
             out.append((-score, a, b))
     return [(a, b) for _, a, b in sorted(set(out))]
+
+
+def round_plan(rnd: int, depth: int = 1, widths: tuple[int, ...] = WIDTHS, window_s: float | None = WINDOW_S
+               ) -> tuple[int, tuple[int, ...], float | None, int]:
+    """What round ``rnd`` of :func:`improve_windows` does: ``(depth, widths, seconds a program, offset)``.
+
+    Rounds come in cycles of :data:`ROUNDS`: within a cycle, round ``p`` looks ``p`` more levels of inputs
+    further and gives each program ``2**p`` times ``window_s``; cycle ``c`` doubles the widths ``c`` times and
+    shifts the windows by a quarter width on odd cycles, so that a longer search keeps trying new, larger
+    neighbourhoods (on the whole graph once a window spans it, up to :data:`MAX_BINARIES`).
+
+    Examples
+    --------
+    >>> round_plan(0), round_plan(5)
+    ((1, (8, 16, 32, 64), 1.0, 0), (2, (16, 32, 64, 128), 2.0, 4))
+    """
+    cycle, phase = divmod(int(rnd), ROUNDS)
+    ws = tuple(w * 2 ** cycle for w in widths)
+    return (depth + phase, ws, None if window_s is None else window_s * 2 ** phase,
+            (cycle % 2) * max(1, widths[0] * 2 ** cycle // 4))
 
 
 def _why_stop(info: dict[str, Any], max_windows: int | None, lower_bound: float | None, best_cost: float,
@@ -384,19 +410,22 @@ def improve_windows(graph: Graph, schedule: Schedule, budget_bytes: int,
                     max_windows: int | None = None, lower_bound: float | None = None,
                     stop: Callable[[], bool] | None = None, depth: int = 1,
                     widths: tuple[int, ...] = WIDTHS, window_s: float | None = WINDOW_S,
-                    rounds: int = ROUNDS) -> tuple[Schedule, dict[str, Any]]:
+                    rounds: int | None = ROUNDS) -> tuple[Schedule, dict[str, Any]]:
     """Re-optimize windows of the incumbent, costliest first, until the deadline, ``max_windows`` programs,
-    ``lower_bound``, ``stop()`` or the end of ``rounds`` rounds. Returns the best schedule and what the search
-    did (``windows``, ``improved``, ``why``).
+    ``lower_bound``, ``stop()`` or the end of ``rounds`` rounds (``None``: no end but those, and a cycle of
+    rounds in which no window had a program). Returns the best schedule and what the search did (``windows``,
+    ``improved``, ``rounds``, ``why``).
 
-    A round passes over the windows of each width of ``widths`` in turn, moving to the next width when a pass
-    improves nothing (and to the next round after a pass that improved something); round ``r`` takes ``r``
-    more levels of inputs among the candidates (``depth + r``) and gives each program ``2**r`` times
-    ``window_s``.
+    A round passes over the windows of each of its widths in turn, moving to the next width when a pass
+    improves nothing (and to the next round after a pass that improved something); what each round looks at
+    is :func:`round_plan`'s (more levels of inputs and more time a program within a cycle, wider and shifted
+    windows from one cycle to the next).
 
     ``offer(schedule)`` is called with every improvement (verified by the simulator under ``budget_bytes``).
-    Each program gets ``window_s`` seconds (at most the time left before ``deadline``); with ``window_s=None``
+    Each program gets its round's seconds (at most the time left before ``deadline``); with ``window_s=None``
     and no deadline, programs are solved to optimality and the result does not depend on the machine (tests).
+    The moves depend only on the incumbent, so with a work budget a longer search repeats a shorter one and
+    goes on: never worse.
 
     Examples
     --------
@@ -410,19 +439,22 @@ def improve_windows(graph: Graph, schedule: Schedule, budget_bytes: int,
     >>> best.cost(g) <= start.cost(g), info["windows"] <= 4
     (True, True)
     """
+    if rounds is None and deadline is None and max_windows is None and stop is None:
+        raise ValueError("`rounds=None` needs a `deadline`, `max_windows` or `stop` to end the search")
     clock = time.perf_counter if clock is None else clock   # looked up now: a test may replace it
     best = schedule
     best_cost = schedule.cost(graph)
-    info: dict[str, Any] = {"windows": 0, "improved": 0, "why": "no window improves"}
-    for rnd in range(rounds):
-        # each round looks further: one more level of inputs among the candidates, twice the time a program
-        d = depth + rnd
-        limit_s = None if window_s is None else window_s * 2 ** rnd
-        for width in widths:
+    info: dict[str, Any] = {"windows": 0, "improved": 0, "rounds": 0, "why": "no window improves"}
+    built_in_cycle = False   # whether a program was built in this cycle of rounds (rounds=None ends without)
+    rnd = 0
+    while rounds is None or rnd < rounds:
+        d, round_widths, limit_s, offset = round_plan(rnd, depth, widths, window_s)
+        info["rounds"] = rnd + 1
+        for width in round_widths:
             found = True
             while found:   # passes at this width while one improves something
                 found = False
-                queue = windows(graph, best, width)
+                queue = windows(graph, best, width, offset)
                 tried: set[tuple[int, int]] = set()
                 while queue:
                     a, b = queue.pop(0)
@@ -438,7 +470,10 @@ def improve_windows(graph: Graph, schedule: Schedule, budget_bytes: int,
                         limit = left if limit_s is None else min(left, limit_s)
                     info["windows"] += 1
                     tried.add((a, b))
-                    cand = reoptimize_window(graph, best, budget_bytes, a, b, d, limit, _rows_of(best))
+                    rows = _rows_of(best)
+                    prog = window_program(graph, best, budget_bytes, a, b, d, rows)
+                    built_in_cycle |= prog is not None
+                    cand = None if prog is None else _solved(graph, best, budget_bytes, prog, limit, rows)
                     cost = math.inf if cand is None else cand.cost(graph)
                     if cost < best_cost - 1e-9:
                         log.debug("lns: window [%d, %d), width %d, depth %d: %.6g -> %.6g", a, b, width, d,
@@ -448,5 +483,11 @@ def improve_windows(graph: Graph, schedule: Schedule, budget_bytes: int,
                         found = True
                         if offer is not None:
                             offer(best)
-                        queue = [w for w in windows(graph, best, width) if w not in tried]
+                        queue = [w for w in windows(graph, best, width, offset) if w not in tried]
+        rnd += 1
+        if rounds is None and rnd % ROUNDS == 0:
+            if not built_in_cycle:   # every window of the cycle was beyond MAX_BINARIES: wider ones are too
+                info["why"] = "no window has a program"
+                return best, info
+            built_in_cycle = False
     return best, info

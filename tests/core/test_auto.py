@@ -208,6 +208,24 @@ def test_the_search_continues_only_while_it_pays(monkeypatch, gap, elapsed, sett
     assert rule() is settled
 
 
+@pytest.mark.parametrize("gap,settled", [(0.0005, True), (0.008, True), (0.03, False), (0.045, False)])
+def test_by_default_the_search_uses_its_limit_unless_within_one_percent(monkeypatch, gap, settled):
+    """Issue 37: with the defaults, a schedule further than 1% from its bound does not end the search however
+    long it has run (it goes on to the limit); within 1% it ends after the patience."""
+    import remat_core.solvers.auto as auto
+    from remat_core.schedule import RematResult
+
+    assert auto.DEFAULT_STOP_GAP == 0.01
+    clock = _FakeTime()
+    monkeypatch.setattr(auto, "time", clock)
+    best = auto._Best(linear_graph(4), 10**6)
+    rule = auto._settled_rule(best, clock.now, auto.DEFAULT_STOP_GAP, auto.DEFAULT_PATIENCE_S)
+    best.result = RematResult(status=SolveStatus.FEASIBLE, objective=100.0 * (1 + gap))
+    best.lower_bound = 100.0
+    clock.now += auto.DEFAULT_PATIENCE_S + 1000.0
+    assert rule() is settled
+
+
 def test_the_exact_child_is_stopped_once_the_schedule_is_within_stop_gap():
     """A 119-node transformer on the lp-rounding path (its LP alone takes many seconds): with no patience and
     a schedule within 5% of its bound, auto stops the child and returns that schedule long before the limit.
@@ -216,7 +234,7 @@ def test_the_exact_child_is_stopped_once_the_schedule_is_within_stop_gap():
 
     g = zoo_graph("torch_transformer_b4")
     budget = resolve_budget(g, 0.5)
-    res = solve(g, budget, method="auto", time_limit_s=600, patience_s=0.0)
+    res = solve(g, budget, method="auto", time_limit_s=600, patience_s=0.0, stop_gap=0.05)
     assert res.stats["path"] == "lp-rounding" and res.success and res.peak_memory_bytes <= budget
     assert "stopped once" in res.stats["tried"]["lp-rounding"]["message"]
     assert res.objective <= res.lower_bound * 1.05

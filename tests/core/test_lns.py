@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from remat_core import simulate, solve
-from remat_core.solvers.lns import improve_windows, reoptimize_window, window_program, windows
+from remat_core.solvers.lns import ROUNDS, improve_windows, reoptimize_window, window_program, windows
 from remat_core.units import resolve_budget
 from remat_core.zoo import random_training_graph
 
@@ -107,3 +107,41 @@ def test_offers_and_stop(start):
     costs = [s.cost(g) for s in offered]
     assert all(b < a for a, b in zip([sched.cost(g)] + costs, costs))
     assert window_program(g, sched, budget, 10, 10) is None
+
+
+def test_without_an_end_of_rounds_a_longer_search_is_never_worse_and_uses_the_work_given(start):
+    """Issue 37: a longer limit must be used. With ``rounds=None`` the search goes on past the first cycle of
+    rounds (wider, shifted windows) until its work budget: every budget is used in full and the costs never
+    rise (measured: 341, 332, 332, 328); where the old fixed rounds stop (no window improves, 332), 80 programs
+    go on to 328."""
+    g, budget, sched = start
+    costs = []
+    for k in (4, 16, 40, 80):
+        best, info = improve_windows(g, sched, budget, max_windows=k, window_s=None, widths=(4,), rounds=None)
+        assert info["windows"] == k and info["why"] == "work budget", info
+        assert simulate(g, best).peak_memory_bytes <= budget
+        costs.append(best.cost(g))
+    assert all(b <= a for a, b in zip(costs, costs[1:])), costs
+    assert info["rounds"] > ROUNDS   # the last one went past the first cycle
+    fixed, info_fixed = improve_windows(g, sched, budget, max_windows=80, window_s=None, widths=(4,))
+    assert info_fixed["why"] == "no window improves" and info_fixed["windows"] < 80
+    assert costs[-1] < fixed.cost(g)
+
+
+def test_without_an_end_of_rounds_the_search_runs_to_its_deadline(start):
+    """Under a fake clock (1 s a reading, two readings a program) the search with ``rounds=None`` stops at the
+    deadline, after more rounds than a cycle, not when a cycle finds nothing; with no deadline, work budget or
+    ``stop``, ``rounds=None`` would never end: refused."""
+    g, budget, sched = start
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += 1.0
+        return now[0]
+
+    best, info = improve_windows(g, sched, budget, clock=clock, deadline=170.0, widths=(4,), window_s=None,
+                                 rounds=None)
+    assert info["why"] == "deadline" and info["rounds"] > ROUNDS, info
+    assert simulate(g, best).peak_memory_bytes <= budget and best.cost(g) < sched.cost(g)
+    with pytest.raises(ValueError, match="`rounds=None`"):
+        improve_windows(g, sched, budget, rounds=None)
