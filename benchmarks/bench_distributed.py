@@ -111,7 +111,7 @@ def main():
         "|reduced gradient with remat - without| over the three steps.",
         _report.table(["size", "wrapper", "rank", "method", "plan budget", "plan peak", "overhead",
                        "per-rank model", "measured", "measured / model", "per-rank budget", "grad diff"], rows),
-        "DDP: the measured per-rank peak equals the plan's peak plus one copy of the gradients (DDP's buckets). "
+        "DDP: the measured per-rank peak is at most the plan's peak plus one copy of the gradients (DDP's buckets). "
         "FSDP2 (`fully_shard` on the whole rematerialized module): the model is an upper bound; its all-gather "
         "output lives through the forward while the plan's peak is in the backward, so the rank stays below it. "
         "fsdp-blocks (`fully_shard_blocks`): every block is gathered when the step starts (the plan never calls a "
