@@ -14,7 +14,7 @@ from remat_core.errors import BudgetInfeasibleError, RematError
 from remat_core.solvers import available_methods
 from remat_core.units import budget_fraction, format_bytes, min_budget_bytes, resolve_budget
 
-from .execute import apply_updates, run_plan, step_barrier
+from .execute import apply_updates, order_writes_after_reads, run_plan
 from .graph import ExtractedGraph, _flat, extract_graph
 
 __all__ = ["rematerialize", "RematModel", "Specialization", "AUTO_FALLBACK_TIME_LIMIT_S"]
@@ -267,13 +267,21 @@ class RematModel(keras.Model):
         if sample_weight is not None:
             raise RematError("`sample_weight` is not supported by the rematerialized training step (nor "
                              "`class_weight`, which Keras turns into sample weights); weight the loss instead")
+        graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
         r, spec = self._step(x, y)
         self._loss_tracker.update_state(r.loss, sample_weight=tf.shape(_flat(x, "x")[0])[0])
         eg = spec.eg
-        # the weights change only after every op of the step ran (see step_barrier)
-        with tf.control_dependencies(step_barrier(r)):
+        if graph is None:
+            # eagerly every op of the step has run already
             self.optimizer.apply_gradients(zip(r.grads, eg.variables))
             apply_updates(r.updates)
+        else:
+            # a variable changes only after every read of it in the step ran, and each variable as soon as
+            # that holds (see order_writes_after_reads: a whole-step barrier kept every gradient alive)
+            mid = len(graph.get_operations())
+            self.optimizer.apply_gradients(zip(r.grads, eg.variables))
+            apply_updates(r.updates)
+            order_writes_after_reads(r, graph.get_operations()[mid:])
         y_pred = tree.pack_sequence_as(eg.functional._outputs_struct, r.y_pred)
         return self.compute_metrics(x, y, y_pred, sample_weight=None)
 
@@ -297,9 +305,11 @@ class RematModel(keras.Model):
         spec = self.specialization(x, y)
         if spec.grad_fn is None:
             def fn(x, y):
+                graph = tf.compat.v1.get_default_graph()
                 r, _ = self._step(x, y)
-                with tf.control_dependencies(step_barrier(r)):
-                    apply_updates(r.updates)
+                mid = len(graph.get_operations())
+                apply_updates(r.updates)
+                order_writes_after_reads(r, graph.get_operations()[mid:])
                 return r.loss, r.grads
 
             spec.grad_fn = tf.function(fn, autograph=False, jit_compile=False)
