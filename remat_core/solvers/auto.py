@@ -471,7 +471,7 @@ def _lns(best: _Best, graph: Graph, budget_bytes: int, deadline: float | None, s
     """The windowed-MILP search (:func:`~remat_core.solvers.lns.improve_windows`) on the best schedule until
     ``deadline`` or ``stop()``; without a deadline, :data:`_UNLIMITED_WINDOWS` window programs."""
     from . import verify_result
-    from .lns import improve_windows
+    from .lns import WINDOW_NODES, improve_windows
 
     if best.staged is None or best.result.status is SolveStatus.OPTIMAL or (
             deadline is not None and deadline <= time.perf_counter()):
@@ -488,9 +488,11 @@ def _lns(best: _Best, graph: Graph, budget_bytes: int, deadline: float | None, s
         best.offer(name, out)
 
     try:
-        # with a deadline, rounds without end: wider windows and more time a program as time goes on
+        # rounds without end (wider windows, more nodes a program as time goes on), each program limited in
+        # nodes, not seconds: the same moves whatever the load, so that a longer limit is never worse
         _, info = improve_windows(graph, res.schedule, budget_bytes, offer=offer, deadline=deadline, stop=stop,
-                                  lower_bound=best.lower_bound, rounds=None,
+                                  lower_bound=best.lower_bound, rounds=None, window_s=None,
+                                  window_nodes=WINDOW_NODES,
                                   max_windows=None if deadline is not None else _UNLIMITED_WINDOWS)
     except Exception as exc:   # the search only improves what is there: its failure must not cost the schedule
         log.warning("auto: lns failed: %s: %s", type(exc).__name__, exc)

@@ -20,10 +20,14 @@ What lives here
   of ``max_windows`` programs, or nothing is left to recompute).
 
 The moves come in a fixed order given the incumbent, and a program's result
-does not depend on the time when it is solved to optimality, so with work
-budgets (``max_windows``, ``window_s=None``) a longer search repeats a
-shorter one and goes on: never worse. Under a deadline each program gets
-:data:`WINDOW_S` seconds and its best point is taken.
+does not depend on the time when it is solved to optimality or limited in
+branch-and-bound nodes (``window_nodes``; ``auto`` gives each program
+:data:`WINDOW_NODES`, HiGHS's root), so with work budgets or a deadline a
+longer search repeats a shorter one and goes on: never worse (the shorter
+one's last program, cut by its deadline, at best equals the longer one's
+run of it). With ``window_s`` each program gets that many seconds instead
+and its best point is taken: the search's path then depends on the
+machine's speed and load.
 
 Imports: numpy, scipy.sparse, the graph, schedule and simulator, the
 formulation's memory unit and the MILP backends; never :mod:`.auto` or
@@ -52,12 +56,20 @@ log = logging.getLogger(__name__)
 
 #: Window widths (stages) tried in turn: the next one when a whole pass over the windows found nothing.
 WIDTHS = (8, 16, 32, 64)
-#: Seconds a window's program may run when there is a deadline (its best point so far is taken): many
-#: windows a little each beat a few solved to optimality (HiGHS's bound on a window closes slowly).
+#: Seconds a window's program may run by default in :func:`improve_windows` (its best point so far is taken).
 WINDOW_S = 1.0
+#: Branch-and-bound nodes a window's program may use under ``auto`` (with no limit in seconds but the
+#: deadline): HiGHS's root node alone, its heuristics warm-started from the incumbent. On the 245-node graph at
+#: its smallest budget the root takes 1.3-4 CPU s a window and finds what a 1 s wall limit cut short (196 ->
+#: 171 on one window, where 1 s found nothing); 60 s of the search went from 2.076 to 1.975 times the node
+#: costs, against 2.006 with 1 s a program (load 5-8, 2 cores).
+WINDOW_NODES = 1
 #: Rounds of a cycle of :func:`improve_windows` (:func:`round_plan`): each looks one level of inputs further,
 #: with twice the time a program.
 ROUNDS = 4
+#: HiGHS options of a program limited in nodes: the root's cut loop kept short (same improvements measured on
+#: windows of the 245-node graph at its smallest budget, in a third to half of the time).
+ROOT_OPTIONS = {"mip_lp_age_limit": 1, "mip_pool_soft_limit": 1}
 #: A window's program is not built beyond this many binary columns (its build and solve would not pay).
 MAX_BINARIES = 30_000
 
@@ -329,14 +341,15 @@ def reoptimize_window(graph: Graph, schedule: Schedule, budget_bytes: int, a: in
 
 
 def _solved(graph: Graph, schedule: Schedule, budget_bytes: int, prog: WindowProgram, time_limit_s: float | None,
-            rows: tuple[list[set[int]], list[set[int]]]) -> Schedule | None:
-    """:func:`reoptimize_window` once the program is built."""
+            rows: tuple[list[set[int]], list[set[int]]], max_nodes: int | None = None) -> Schedule | None:
+    """:func:`reoptimize_window` once the program is built (``max_nodes``: HiGHS's branch-and-bound node limit)."""
     from ..simulate import simulate
     from .backends import solve_arrays
 
     a, b, f = prog.a, prog.b, prog.form
     out = solve_arrays("highs", f.c, f.A, f.row_lo, f.row_hi, f.col_lo, f.col_hi, f.integrality,
-                       time_limit_s=time_limit_s, threads=None, start=prog.start, mip_rel_gap=1e-6)
+                       time_limit_s=time_limit_s, threads=None, start=prog.start, mip_rel_gap=1e-6,
+                       options=None if max_nodes is None else {"mip_max_nodes": int(max_nodes), **ROOT_OPTIONS})
     if out.x is None or out.objective is None or out.objective >= prog.start_cost - 1e-9:
         return None
     cand = _spliced(schedule, prog, np.asarray(out.x), rows)
@@ -370,23 +383,26 @@ def windows(graph: Graph, schedule: Schedule, width: int, offset: int = 0) -> li
     return [(a, b) for _, a, b in sorted(set(out))]
 
 
-def round_plan(rnd: int, depth: int = 1, widths: tuple[int, ...] = WIDTHS, window_s: float | None = WINDOW_S
-               ) -> tuple[int, tuple[int, ...], float | None, int]:
-    """What round ``rnd`` of :func:`improve_windows` does: ``(depth, widths, seconds a program, offset)``.
+def round_plan(rnd: int, depth: int = 1, widths: tuple[int, ...] = WIDTHS, window_s: float | None = WINDOW_S,
+               window_nodes: int | None = None) -> tuple[int, tuple[int, ...], float | None, int | None, int]:
+    """What round ``rnd`` of :func:`improve_windows` does: ``(depth, widths, seconds a program, branch-and-bound
+    nodes a program, offset)``.
 
     Rounds come in cycles of :data:`ROUNDS`: within a cycle, round ``p`` looks ``p`` more levels of inputs
-    further and gives each program ``2**p`` times ``window_s``; cycle ``c`` doubles the widths ``c`` times and
+    further and gives each program ``2**p`` times ``window_s`` and ``window_nodes``; cycle ``c`` doubles the
+    widths ``c`` times and
     shifts the windows by a quarter width on odd cycles, so that a longer search keeps trying new, larger
     neighbourhoods (on the whole graph once a window spans it, up to :data:`MAX_BINARIES`).
 
     Examples
     --------
-    >>> round_plan(0), round_plan(5)
-    ((1, (8, 16, 32, 64), 1.0, 0), (2, (16, 32, 64, 128), 2.0, 4))
+    >>> round_plan(0), round_plan(5, window_s=None, window_nodes=1)
+    ((1, (8, 16, 32, 64), 1.0, None, 0), (2, (16, 32, 64, 128), None, 2, 4))
     """
     cycle, phase = divmod(int(rnd), ROUNDS)
     ws = tuple(w * 2 ** cycle for w in widths)
     return (depth + phase, ws, None if window_s is None else window_s * 2 ** phase,
+            None if window_nodes is None else window_nodes * 2 ** phase,
             (cycle % 2) * max(1, widths[0] * 2 ** cycle // 4))
 
 
@@ -410,7 +426,7 @@ def improve_windows(graph: Graph, schedule: Schedule, budget_bytes: int,
                     max_windows: int | None = None, lower_bound: float | None = None,
                     stop: Callable[[], bool] | None = None, depth: int = 1,
                     widths: tuple[int, ...] = WIDTHS, window_s: float | None = WINDOW_S,
-                    rounds: int | None = ROUNDS) -> tuple[Schedule, dict[str, Any]]:
+                    rounds: int | None = ROUNDS, window_nodes: int | None = None) -> tuple[Schedule, dict[str, Any]]:
     """Re-optimize windows of the incumbent, costliest first, until the deadline, ``max_windows`` programs,
     ``lower_bound``, ``stop()`` or the end of ``rounds`` rounds (``None``: no end but those, and a cycle of
     rounds in which no window had a program). Returns the best schedule and what the search did (``windows``,
@@ -422,10 +438,10 @@ def improve_windows(graph: Graph, schedule: Schedule, budget_bytes: int,
     windows from one cycle to the next).
 
     ``offer(schedule)`` is called with every improvement (verified by the simulator under ``budget_bytes``).
-    Each program gets its round's seconds (at most the time left before ``deadline``); with ``window_s=None``
-    and no deadline, programs are solved to optimality and the result does not depend on the machine (tests).
-    The moves depend only on the incumbent, so with a work budget a longer search repeats a shorter one and
-    goes on: never worse.
+    Each program gets its round's seconds and nodes (``window_s`` and ``window_nodes`` times ``2**p``; at most
+    the time left before ``deadline``); with ``window_s=None``, programs are solved to optimality, or to their
+    node limit, and the result does not depend on the machine. The moves depend only on the incumbent, so a
+    longer search then repeats a shorter one and goes on: never worse.
 
     Examples
     --------
@@ -448,7 +464,7 @@ def improve_windows(graph: Graph, schedule: Schedule, budget_bytes: int,
     built_in_cycle = False   # whether a program was built in this cycle of rounds (rounds=None ends without)
     rnd = 0
     while rounds is None or rnd < rounds:
-        d, round_widths, limit_s, offset = round_plan(rnd, depth, widths, window_s)
+        d, round_widths, limit_s, nodes, offset = round_plan(rnd, depth, widths, window_s, window_nodes)
         info["rounds"] = rnd + 1
         for width in round_widths:
             found = True
@@ -473,7 +489,7 @@ def improve_windows(graph: Graph, schedule: Schedule, budget_bytes: int,
                     rows = _rows_of(best)
                     prog = window_program(graph, best, budget_bytes, a, b, d, rows)
                     built_in_cycle |= prog is not None
-                    cand = None if prog is None else _solved(graph, best, budget_bytes, prog, limit, rows)
+                    cand = None if prog is None else _solved(graph, best, budget_bytes, prog, limit, rows, nodes)
                     cost = math.inf if cand is None else cand.cost(graph)
                     if cost < best_cost - 1e-9:
                         log.debug("lns: window [%d, %d), width %d, depth %d: %.6g -> %.6g", a, b, width, d,

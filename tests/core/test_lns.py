@@ -145,3 +145,19 @@ def test_without_an_end_of_rounds_the_search_runs_to_its_deadline(start):
     assert simulate(g, best).peak_memory_bytes <= budget and best.cost(g) < sched.cost(g)
     with pytest.raises(ValueError, match="`rounds=None`"):
         improve_windows(g, sched, budget, rounds=None)
+
+
+def test_programs_limited_in_nodes_give_the_same_search_whatever_the_speed(start):
+    """auto's setting (each program HiGHS's root only, no limit in seconds): the same work budget gives the same
+    schedule twice, and a larger one is never worse, so under a deadline a longer limit repeats a shorter one."""
+    g, budget, sched = start
+    runs = {}
+    for k in (3, 6, 6, 12):
+        best, info = improve_windows(g, sched, budget, max_windows=k, window_s=None, window_nodes=1, rounds=None,
+                                     widths=(4,))
+        assert info["windows"] == k and simulate(g, best).peak_memory_bytes <= budget
+        runs.setdefault(k, []).append(best)
+    a, b = runs[6]
+    assert np.array_equal(a.dense()[0], b.dense()[0]) and np.array_equal(a.dense()[1], b.dense()[1])
+    costs = [runs[k][0].cost(g) for k in (3, 6, 12)]
+    assert costs[0] < sched.cost(g) and all(y <= x for x, y in zip(costs, costs[1:])), costs
