@@ -17,8 +17,11 @@ model. This room holds:
   schedule that runs next the ready node that brings a reader closest to
   running, preferring the readers of what was just computed (it recovers an
   execution-like order from a depth-first numbering);
+* :func:`~remat_core.order.demand_order` -- the order an eager program with autograd runs: the
+  forward by a depth-first walk from the loss, the backward latest-forward-first (it recovers the
+  execution order of the DTR authors' TreeLSTM from its depth-first numbering);
 * :func:`~remat_core.order.candidate_orders` -- the orders a planner should try: the given one
-  and the memory-aware one when it differs;
+  and the others when they differ;
 * :func:`~remat_core.order.renumbered` and :func:`~remat_core.order.sequence_in_original_numbering` -- the graph
   numbered in another order, so that any stage-form planner runs in that
   order, and its plan (as a sequence) brought back to the graph's numbering.
@@ -46,7 +49,8 @@ import numpy as np
 from .graph import Graph
 from .sequence import COMPUTE, FREE, OpSequence, two_phases
 
-__all__ = ["check_order", "liveness_peak_bytes", "order_sequence", "memory_aware_order", "candidate_orders",
+__all__ = ["check_order", "liveness_peak_bytes", "order_sequence", "memory_aware_order", "demand_order",
+           "candidate_orders",
            "renumbered", "sequence_in_original_numbering"]
 
 
@@ -242,14 +246,91 @@ def memory_aware_order(graph: Graph) -> np.ndarray:
     return np.asarray(order, dtype=np.int64)
 
 
+def demand_order(graph: Graph, descending: bool = False) -> np.ndarray:
+    """The order an eager program with autograd runs: the forward by demand, the backward latest-forward-first.
+
+    The forward nodes run in post-order of a depth-first walk from the
+    forward roots (forward nodes no forward node reads: the loss, in
+    ascending index order), each node's unvisited inputs walked in ascending
+    index order (``descending``: descending), so that every value is
+    produced by a walk that reads it right after, as a recursive program
+    evaluates its expressions. The backward nodes then run as PyTorch's
+    autograd engine picks them: among the ready ones, the one whose forward
+    inputs were produced latest (a node reading no forward value takes the
+    latest of its backward inputs), ties to the smallest index. A graph with
+    no backward nodes is walked from its sinks.
+
+    A depth-first numbering of a recorded graph (the DTR authors' TreeLSTM)
+    holds values long before their readers run; this order brings the
+    recording's dependence structure, not its numbering, back to an
+    execution order. Which walk direction suits a graph is not known in
+    advance: :func:`candidate_orders` offers both.
+
+    Returns
+    -------
+    numpy.ndarray
+        The order (int64, a topological permutation of ``0..n-1``).
+
+    Examples
+    --------
+    >>> from remat_core.zoo import linear_graph
+    >>> g = linear_graph(3)
+    >>> demand_order(g).tolist() == list(range(g.n))   # a chain has one order
+    True
+    """
+    n = graph.n
+    bwd = graph.is_backward.tolist()
+    dep_ptr, dep_idx, user_ptr, user_idx = graph.csr
+    inputs = [sorted(set(dep_idx[dep_ptr[k]:dep_ptr[k + 1]].tolist()), reverse=bool(descending)) for k in range(n)]
+    readers = [sorted(set(user_idx[user_ptr[k]:user_ptr[k + 1]].tolist())) for k in range(n)]
+    done = [False] * n
+    order: list[int] = []
+    roots = [k for k in range(n) if not bwd[k] and not any(not bwd[j] for j in readers[k])]
+    for root in roots:
+        stack = [root]
+        while stack:
+            k = stack.pop()
+            if done[k]:
+                continue
+            todo = [i for i in inputs[k] if not done[i]]
+            if todo:   # k again once its inputs are done, the first input walked first
+                stack.append(k)
+                stack.extend(reversed(todo))
+                continue
+            done[k] = True
+            order.append(k)
+    pos = [-1] * n
+    for p, k in enumerate(order):
+        pos[k] = p
+    prio = [-1] * n
+    for k in range(n):
+        if not done[k]:
+            fwd_in = [pos[i] for i in inputs[k] if done[i]]
+            prio[k] = max(fwd_in) if fwd_in else max((prio[i] for i in inputs[k]), default=-1)
+    waiting = [sum(1 for i in inputs[k] if not done[i]) for k in range(n)]
+    ready = [(-prio[k], k) for k in range(n) if not done[k] and waiting[k] == 0]
+    heapq.heapify(ready)
+    while ready:
+        k = heapq.heappop(ready)[1]
+        done[k] = True
+        order.append(k)
+        for j in readers[k]:
+            if not done[j]:
+                waiting[j] -= 1
+                if waiting[j] == 0:
+                    heapq.heappush(ready, (-prio[j], j))
+    return np.asarray(order, dtype=np.int64)
+
+
 def candidate_orders(graph: Graph) -> dict[str, np.ndarray]:
-    """The orders worth planning in: ``"given"`` (the graph's numbering) and ``"memory-aware"``
-    (:func:`~remat_core.order.memory_aware_order`) when it differs from the given one."""
-    given = np.arange(graph.n, dtype=np.int64)
-    out = {"given": given}
-    aware = memory_aware_order(graph)
-    if not np.array_equal(aware, given):
-        out["memory-aware"] = aware
+    """The orders worth planning in: ``"given"`` (the graph's numbering), ``"memory-aware"``
+    (:func:`~remat_core.order.memory_aware_order`) and ``"demand"`` / ``"demand-descending"``
+    (:func:`~remat_core.order.demand_order`), each when it differs from the ones before it."""
+    out = {"given": np.arange(graph.n, dtype=np.int64)}
+    for name, order in (("memory-aware", memory_aware_order(graph)), ("demand", demand_order(graph)),
+                        ("demand-descending", demand_order(graph, descending=True))):
+        if not any(np.array_equal(order, other) for other in out.values()):
+            out[name] = order
     return out
 
 
