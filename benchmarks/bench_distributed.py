@@ -8,7 +8,8 @@ one machine) of a pre-LN causal transformer with its loss inside, planned by
 rank 1 reuses the plan), wrapped in ``DistributedDataParallel`` or FSDP2
 ``fully_shard`` (whole module), and ``fsdp-blocks``: planned on each rank by
 ``rematerialize`` and sharded per block by
-``remat_torch.distributed.fully_shard_blocks``, against the same wrapper
+``remat_torch.distributed.fully_shard_blocks`` (``-on-use``: with
+``gathered=1``, one block gathered at a time), against the same wrapper
 around the plain model, three SGD steps each; ``fsdp-compiled``:
 ``torch.compile(fully_shard(model), backend=remat_torch.backend(0.5,
 inductor=False))`` against eager FSDP2. Per rank:
@@ -45,7 +46,7 @@ sys.path.insert(0, HERE)
 import _report  # noqa: E402
 
 WORKER = os.path.join(HERE, "..", "tests", "torch", "dist_worker.py")
-SCENARIOS = ("ddp", "fsdp", "fsdp-blocks", "fsdp-compiled")
+SCENARIOS = ("ddp", "fsdp", "fsdp-blocks", "fsdp-blocks-on-use", "fsdp-compiled")
 SIZES = {"tiny": dict(D=32, LAYERS=2, SEQ=32, BATCH=4), "small": dict(D=128, LAYERS=4, SEQ=128, BATCH=8)}
 
 
@@ -117,6 +118,8 @@ def main():
         "fsdp-blocks (`fully_shard_blocks`): every block is gathered when the step starts (the plan never calls a "
         "block's forward), so inside the step the rank holds the full parameters as with whole-module sharding; "
         "the overhead counts the root's all-gather output and one block's buffer instead of all parameters. "
+        "fsdp-blocks-on-use (`gathered=1`): a block is gathered when the plan first reads it, one at a time; the "
+        "overhead is less by the blocks not held (negative when they outweigh the shards and buffers). "
         "fsdp-compiled: the compiled plan's bytes are above the level before the step, so its overhead column "
         "also holds what was resident and the gathered parameters. "
         "No GPU was available: no NCCL or CUDA numbers are measured yet.",

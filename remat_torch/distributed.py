@@ -40,7 +40,7 @@ def _param_bytes(model) -> int:
     return sum(seen.values())
 
 
-def comm_overhead_bytes(model, strategy: str, world_size: int, blocks=None) -> int:
+def comm_overhead_bytes(model, strategy: str, world_size: int, blocks=None, gathered: int | None = None) -> int:
     """Bytes a data-parallel wrapper holds on each rank beyond the plan's memory model.
 
     The plan's fixed bytes count the full parameters and their gradients, as
@@ -70,6 +70,12 @@ def comm_overhead_bytes(model, strategy: str, world_size: int, blocks=None) -> i
         while the step starts (freed once copied into the block's
         parameters), or its reduce-scatter input after the plan's backward.
 
+    ``"fsdp"`` with ``blocks`` and ``gathered=k`` (``fully_shard_blocks(..., gathered=k)``)
+        As above, less what the plan's fixed bytes count but the rank does
+        not hold: the parameters of every block but the ``k`` largest, since
+        at most ``k`` blocks are gathered at a time. The overhead can then
+        be negative: the plan may count more than the device holds.
+
     The overhead is the largest of these over the step, so a plan within
     ``budget - overhead`` keeps the rank within ``budget``; where the
     overhead falls (FSDP2's all-gather buffer in the forward) and the plan's
@@ -85,6 +91,9 @@ def comm_overhead_bytes(model, strategy: str, world_size: int, blocks=None) -> i
     blocks : iterable of torch.nn.Module, optional
         With ``"fsdp"``: the submodules sharded on their own
         (:func:`fully_shard_blocks`); default: the whole module is one group.
+    gathered : int, optional
+        With ``blocks``: as :func:`fully_shard_blocks` (default: every block
+        gathered for the whole step).
 
     Returns
     -------
@@ -111,6 +120,9 @@ def comm_overhead_bytes(model, strategy: str, world_size: int, blocks=None) -> i
     nbytes = _param_bytes(model)
     if blocks is not None and strategy != "fsdp":
         raise ValueError(f"`blocks` applies to strategy 'fsdp' only; got strategy {strategy!r}")
+    if gathered is not None and (blocks is None or isinstance(gathered, bool) or not isinstance(gathered, int)
+                                 or gathered < 1):
+        raise ValueError(f"`gathered` must be a positive integer, with `blocks`; got {gathered!r}")
     if strategy == "ddp":
         return nbytes
     shard = -(-nbytes // world_size)
@@ -125,7 +137,10 @@ def comm_overhead_bytes(model, strategy: str, world_size: int, blocks=None) -> i
             raise ValueError(f"`blocks[{i}]` must be a submodule of `model`; got {type(blk).__name__}")
     per_block = [_param_bytes(blk) for blk in blocks]
     root = nbytes - _param_bytes(torch.nn.ModuleList(blocks))
-    return 2 * shard + root + max(per_block, default=0)
+    overhead = 2 * shard + root + max(per_block, default=0)
+    if gathered is not None:  # the blocks not gathered are counted by the plan, not held
+        overhead -= sum(sorted(per_block)[:max(0, len(per_block) - gathered)])
+    return overhead
 
 
 def compiled_budget_bytes(model, budget: Any, strategy: str, world_size: int, resident_bytes: int,
@@ -209,7 +224,7 @@ def _call_signature(args, kwargs) -> str:
     return "|".join(parts)
 
 
-def _plan_budget(model, budget: Any, strategy: str | None, world_size: int, blocks=None) -> Any:
+def _plan_budget(model, budget: Any, strategy: str | None, world_size: int, blocks=None, gathered=None) -> Any:
     """The plan's budget for a per-device ``budget``: bytes less the wrapper's overhead; a fraction as is."""
     if strategy is None or budget is None:
         return budget
@@ -218,7 +233,7 @@ def _plan_budget(model, budget: Any, strategy: str | None, world_size: int, bloc
     if _as_fraction(budget, "budget") is not None:
         return budget
     total = parse_bytes(_whole_bytes(budget), "budget")
-    overhead = comm_overhead_bytes(model, strategy, world_size, blocks=blocks)
+    overhead = comm_overhead_bytes(model, strategy, world_size, blocks=blocks, gathered=gathered)
     if total <= overhead:
         raise ValueError(f"`budget` {format_bytes(total)} per device does not even hold what {strategy} keeps on "
                          f"each of {world_size} ranks ({format_bytes(overhead)}); give a larger `budget`")
@@ -226,7 +241,8 @@ def _plan_budget(model, budget: Any, strategy: str | None, world_size: int, bloc
 
 
 def rematerialize_shared(model, example_inputs=(), budget: Any = None, *, example_kwargs: dict | None = None,
-                         group=None, strategy: str | None = None, blocks=None, **options):
+                         group=None, strategy: str | None = None, blocks=None, gathered: int | None = None,
+                         **options):
     """:func:`remat_torch.rematerialize` on every rank, solving once per distinct input shape.
 
     Every rank of ``group`` calls it with its own example inputs. Ranks whose
@@ -254,6 +270,8 @@ def rematerialize_shared(model, example_inputs=(), budget: Any = None, *, exampl
     blocks : iterable of torch.nn.Module, optional
         With ``strategy="fsdp"``: the blocks that :func:`fully_shard_blocks`
         will shard on their own (the overhead is then per block).
+    gathered : int, optional
+        With ``blocks``: as :func:`fully_shard_blocks`.
     **options
         Passed to :func:`~remat_torch.rematerialize`.
 
@@ -288,7 +306,7 @@ def rematerialize_shared(model, example_inputs=(), budget: Any = None, *, exampl
     world = dist.get_world_size(group) if group_ok else 1
     if blocks is not None:
         blocks = list(blocks)
-    budget = _plan_budget(model, budget, strategy, world, blocks)
+    budget = _plan_budget(model, budget, strategy, world, blocks, gathered)
     if not group_ok:
         return rematerialize(model, example_inputs, budget, example_kwargs=example_kwargs, **options)
     rank = dist.get_rank(group)
@@ -322,7 +340,7 @@ def rematerialize_shared(model, example_inputs=(), budget: Any = None, *, exampl
         os.unlink(path)
 
 
-def fully_shard_blocks(rm, blocks, **fsdp_kwargs):
+def fully_shard_blocks(rm, blocks, *, gathered: int | None = None, **fsdp_kwargs):
     """FSDP2 ``fully_shard`` on each of ``blocks`` of a rematerialized module, then on the module itself.
 
     The supported order is *remat, then shard*: ``rm = rematerialize(model,
@@ -346,6 +364,16 @@ def fully_shard_blocks(rm, blocks, **fsdp_kwargs):
     blocks : iterable of torch.nn.Module
         Submodules of the rematerialized model (for a transformer: its
         layers), each sharded on its own.
+    gathered : int, optional
+        Default: every block is gathered when the step starts. With an
+        integer ``k``, a block is gathered when the plan's first operator
+        that reads one of its parameters runs (forward, recomputation or
+        backward), and at most ``k`` blocks are gathered at a time: gathering
+        another reshards the block used least recently. Every rank must run
+        the same plan (:func:`rematerialize_shared` gives ranks with the same
+        shapes the same one), since the gathers are collectives issued in
+        the plan's order. The plan's operators then run through a Python
+        dispatch mode (slower per operator).
     **fsdp_kwargs
         Passed to every ``fully_shard`` call (``mesh``, ``mp_policy``, ...).
 
@@ -359,8 +387,9 @@ def fully_shard_blocks(rm, blocks, **fsdp_kwargs):
     TypeError
         If ``rm`` is not a :class:`~remat_torch.RematModule`.
     ValueError
-        If ``rm`` is already sharded, or ``blocks`` is empty or holds a
-        module that is not a submodule of the rematerialized model.
+        If ``rm`` is already sharded, ``blocks`` is empty or holds a module
+        that is not a submodule of the rematerialized model, or ``gathered``
+        is not a positive integer.
     """
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
@@ -380,12 +409,21 @@ def fully_shard_blocks(rm, blocks, **fsdp_kwargs):
         if not isinstance(blk, torch.nn.Module) or id(blk) not in inner:
             raise ValueError(f"`blocks[{i}]` must be a submodule of the rematerialized model; got "
                              f"{type(blk).__name__}")
+    if gathered is not None and (isinstance(gathered, bool) or not isinstance(gathered, int) or gathered < 1):
+        raise ValueError(f"`gathered` must be a positive integer (blocks gathered at a time) or None; got "
+                         f"{gathered!r}")
     for blk in blocks:
         if not isinstance(blk, FSDPModule):
             fully_shard(blk, **fsdp_kwargs)
     fully_shard(rm, **fsdp_kwargs)
     # registered after FSDP2's own pre-forward hook (which it prepends), so the root is set up first
-    rm.register_forward_pre_hook(_BlockGather(blocks), with_kwargs=True)
+    if gathered is None:
+        rm.register_forward_pre_hook(_BlockGather(blocks), with_kwargs=True)
+    else:
+        on_use = _GatherOnUse(blocks, gathered)
+        rm.register_forward_pre_hook(on_use.pre_forward, with_kwargs=True)
+        rm.register_forward_hook(on_use.post_forward, always_call=True)
+        rm._block_gather = on_use  # its `gathers` counts the all-gathers issued
     return rm
 
 
@@ -399,4 +437,104 @@ class _BlockGather:
         if module.training and torch.is_grad_enabled():  # otherwise the blocks' own forward runs, with its hooks
             for blk in self.blocks:
                 blk.unshard()
+        return None
+
+
+class _GatherOnUse:
+    """Gather a block when the plan's first operator that reads its parameters runs; at most ``limit`` at a time.
+
+    During the plan's forward and backward a Python dispatch mode sees every
+    operator; an argument whose storage is an unsharded parameter's (FSDP2
+    frees it by resizing it to zero bytes and gathers into the same storage
+    again, so the executor's references stay valid) makes its block current:
+    gathered if it is not, the least recently used block resharded first if
+    ``limit`` blocks are gathered. The plan's backward runs inside autograd,
+    so the mode is entered and left by hooks on the plan's autograd node.
+    """
+
+    def __init__(self, blocks, limit: int):
+        self.blocks = blocks
+        self.limit = limit
+        self.owner: dict = {}  # storage (its C pointer) of an unsharded parameter -> block index
+        self.lru: list = []  # gathered blocks, least recently used first
+        self.gathers = 0  # all-gathers issued (for tests and benchmarks)
+        self._mode = None
+
+    def _params(self, blk):
+        return [fp for g in blk._get_fsdp_state()._fsdp_param_groups for fp in g.fsdp_params]
+
+    def _index(self):
+        self.owner.clear()
+        for i, blk in enumerate(self.blocks):
+            for fp in self._params(blk):
+                self.owner[fp._unsharded_param.untyped_storage()._cdata] = i
+
+    def use(self, i: int) -> None:
+        if i in self.lru:
+            if self.lru[-1] != i:
+                self.lru.remove(i)
+                self.lru.append(i)
+            return
+        while len(self.lru) >= self.limit:
+            self.blocks[self.lru.pop(0)].reshard()
+        self.blocks[i].unshard()
+        self.gathers += 1
+        self.lru.append(i)
+
+    def _enter(self, *_):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        owner, use = self.owner, self.use
+
+        aliases = (torch.ops.aten.detach.default, torch.ops.aten.alias.default)  # read no data
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                from torch.utils._pytree import tree_leaves
+
+                for a in () if func in aliases else tree_leaves((args, kwargs or {})):
+                    if isinstance(a, torch.Tensor):
+                        i = owner.get(a.untyped_storage()._cdata)
+                        if i is not None:
+                            use(i)
+                return func(*args, **(kwargs or {}))
+
+        self._mode = _Mode()
+        self._mode.__enter__()
+
+    def _exit(self, *_):
+        if self._mode is not None:
+            mode, self._mode = self._mode, None
+            mode.__exit__(None, None, None)
+
+    def pre_forward(self, module, args, kwargs):
+        if not (module.training and torch.is_grad_enabled()):
+            for blk in self.blocks:  # the blocks' own forward runs, with FSDP2's hooks
+                blk.unshard()
+            return None
+        if not self.owner:
+            for blk in self.blocks:  # FSDP2 makes the unsharded parameters at the first gather
+                blk.unshard()
+                blk.reshard()
+            self._index()
+        for i in self.lru:  # left gathered by a forward without its backward
+            self.blocks[i].reshard()
+        self.lru = []
+        # the plan takes the module's parameters: the unsharded ones, whose storage is gathered on first use
+        for blk in self.blocks:
+            for fp in self._params(blk):
+                fp._setattr_on_modules(fp._unsharded_param)
+        self._enter()
+        return None
+
+    def post_forward(self, module, args, output):
+        if self._mode is None:
+            return None
+        self._exit()
+        from torch.utils._pytree import tree_leaves
+
+        nodes = {t.grad_fn for t in tree_leaves(output) if isinstance(t, torch.Tensor) and t.grad_fn is not None}
+        for node in nodes:
+            node.register_prehook(self._enter)
+            node.register_hook(self._exit)
         return None

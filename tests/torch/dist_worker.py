@@ -18,6 +18,10 @@ Scenarios
 ``fsdp-blocks``
     FSDP2 per block: ``fully_shard`` on each block and the root around the plain model, and
     ``remat_torch.distributed.fully_shard_blocks`` around the rematerialized one; as ``fsdp``.
+``fsdp-blocks-plain``
+    Plain ``fully_shard`` on the blocks of a rematerialized module: the error it gets.
+``fsdp-compiled``, ``fsdp-compiled-blocks``
+    ``torch.compile`` of an FSDP2-sharded model (whole, or per block) with remat's backend (see ``FSDP_COMPILED``).
 ``ddp-dtr``, ``fsdp-dtr``, ``fsdp-dtr-local``
     The live DTR runtime (budget: half the step's activation memory; ``-local``: heuristic ``h_dtr_local``) around
     the steps of the wrapped plain model, after two steps without it, against
@@ -350,7 +354,7 @@ def run_dtr(rank, world, scenario, out_dir):
     _write(out_dir, scenario, rank, rec)
 
 
-def run_fsdp_blocks(rank, world, out_dir):
+def run_fsdp_blocks(rank, world, out_dir, scenario="fsdp-blocks", gathered=None):
     """FSDP2 per block: ``fully_shard`` on each transformer block and then the root, around the plain model
     (FSDP2's own hooks gather block by block) and around the rematerialized one
     (:func:`remat_torch.distributed.fully_shard_blocks`: remat first, then shard); three SGD steps, the reduced
@@ -369,7 +373,7 @@ def run_fsdp_blocks(rank, world, out_dir):
     for blk in plain.blocks:
         fully_shard(blk)
     ref = fully_shard(plain)
-    ours = rdist.fully_shard_blocks(rm, base.blocks)
+    ours = rdist.fully_shard_blocks(rm, base.blocks, gathered=gathered)
     resident = _resident_bytes([_local(p) for p in ours.parameters()] + list(ours.buffers()) + [ids, labels])
     g_ref, _ = _train(ref, rank, measure=False)
     g_ours, rises = _train(ours, rank, measure=True)
@@ -378,12 +382,39 @@ def run_fsdp_blocks(rank, world, out_dir):
     rec = {"rank": rank, "diffs": diffs, "grad_scale": scale, "rises": rises, "resident": resident,
            "budget_bytes": int(rm.result.budget_bytes), "predicted_peak_bytes": int(rm.predicted_peak_bytes),
            "fixed_bytes": int(rm.extracted.graph.fixed_bytes),
-           "overhead_bytes": rdist.comm_overhead_bytes(base, "fsdp", world, blocks=base.blocks),
+           "overhead_bytes": rdist.comm_overhead_bytes(base, "fsdp", world, blocks=base.blocks, gathered=gathered),
            "overhead_whole_bytes": rdist.comm_overhead_bytes(base, "fsdp", world),
            "recomputed": int(rm.result.schedule.compute_counts().max()), "method": rm.result.method,
            "sharded": sorted({type(p).__name__ for p in ours.parameters()}),
-           "grad_types": sorted({type(p.grad).__name__ for p in ours.parameters()})}
-    _write(out_dir, "fsdp-blocks", rank, rec)
+           "grad_types": sorted({type(p.grad).__name__ for p in ours.parameters()}),
+           "block_bytes": [rdist._param_bytes(blk) for blk in base.blocks], "gathered": gathered}
+    if gathered is not None:
+        rec["gathers"] = ours._block_gather.gathers
+    _write(out_dir, scenario, rank, rec)
+
+
+def run_fsdp_blocks_plain(rank, world, out_dir):
+    """Plain ``fully_shard`` per block of a rematerialized module (not through ``fully_shard_blocks``): refused
+    with a clear error at the first step, since the plan never calls the blocks' forward."""
+    from torch.distributed.fsdp import fully_shard
+
+    from remat_core.errors import RematError
+    from remat_torch import rematerialize
+
+    torch.manual_seed(0)
+    model = TinyLM()
+    ids, labels = _batch(rank, 0)
+    rm = rematerialize(model, (ids, labels), budget=1.0, method="checkpoint-all", granularity="module",
+                       cost_model="unit")
+    for blk in model.blocks:
+        fully_shard(blk)
+    fsdp = fully_shard(rm)
+    try:
+        fsdp(ids, labels).backward()
+        err = None
+    except RematError as exc:
+        err = str(exc)
+    _write(out_dir, "fsdp-blocks-plain", rank, {"rank": rank, "error": err})
 
 
 def run_accelerate(rank, world, out_dir):
@@ -495,6 +526,10 @@ def _entry(rank, world, scenario, out_dir, port):
                 run_dtr(rank, world, name, out_dir)
             elif name == "fsdp-blocks":
                 run_fsdp_blocks(rank, world, out_dir)
+            elif name == "fsdp-blocks-on-use":
+                run_fsdp_blocks(rank, world, out_dir, name, gathered=1)
+            elif name == "fsdp-blocks-plain":
+                run_fsdp_blocks_plain(rank, world, out_dir)
             elif name == "accelerate":
                 run_accelerate(rank, world, out_dir)
             elif name == "trainer":
