@@ -208,22 +208,33 @@ def test_the_search_continues_only_while_it_pays(monkeypatch, gap, elapsed, sett
     assert rule() is settled
 
 
-@pytest.mark.parametrize("gap,settled", [(0.0005, True), (0.008, True), (0.03, False), (0.045, False)])
-def test_by_default_the_search_uses_its_limit_unless_within_one_percent(monkeypatch, gap, settled):
-    """Issue 37: with the defaults, a schedule further than 1% from its bound does not end the search however
-    long it has run (it goes on to the limit); within 1% it ends after the patience."""
+@pytest.mark.parametrize("gap,since_improvement,settled", [
+    (0.0005, 0.0, True),      # within 0.1%: at once
+    (0.008, 0.0, True),       # within stop_gap (1%) after the patience
+    (0.03, 1.0, False),       # 1-5%: still improving, the search goes on
+    (0.03, 9.0, True),        # 1-5%: nothing improved for the patience (issue 36: the default call returns)
+    (0.10, 1000.0, False),    # beyond 5%: on to the limit whatever its pace (issue 37)
+])
+def test_by_default_the_search_uses_its_limit_unless_close_or_stalled(monkeypatch, gap, since_improvement, settled):
+    """The default rule under a fake clock, 1,000 s after the start: within 1% of the bound the search has ended;
+    1-5% above it ends once nothing has improved for ``patience_s``; further, it goes on to the limit. With
+    ``stop_gap=0`` it never ends early."""
     import remat_core.solvers.auto as auto
     from remat_core.schedule import RematResult
 
-    assert auto.DEFAULT_STOP_GAP == 0.01
+    assert auto.DEFAULT_STOP_GAP == 0.01 and auto.STALL_GAP == 0.05
     clock = _FakeTime()
+    start = clock.now
     monkeypatch.setattr(auto, "time", clock)
     best = auto._Best(linear_graph(4), 10**6)
-    rule = auto._settled_rule(best, clock.now, auto.DEFAULT_STOP_GAP, auto.DEFAULT_PATIENCE_S)
-    best.result = RematResult(status=SolveStatus.FEASIBLE, objective=100.0 * (1 + gap))
+    rule = auto._settled_rule(best, start, auto.DEFAULT_STOP_GAP, auto.DEFAULT_PATIENCE_S)
+    never = auto._settled_rule(best, start, 0.0, auto.DEFAULT_PATIENCE_S)
+    clock.now = start + 1000.0 - since_improvement
+    best.offer("x", RematResult(status=SolveStatus.FEASIBLE, objective=100.0 * (1 + gap)))
     best.lower_bound = 100.0
-    clock.now += auto.DEFAULT_PATIENCE_S + 1000.0
+    clock.now = start + 1000.0
     assert rule() is settled
+    assert never() is (gap <= 1e-12)
 
 
 def test_the_exact_child_is_stopped_once_the_schedule_is_within_stop_gap():
