@@ -547,7 +547,8 @@ def planning_main() -> None:
     write_section("scale-planning", "\n".join([
         "## scale-planning: the default auto call on 119-181-node models (issues 36, 37)", "",
         f"Measured on {meta['machine']}; `{meta['command']}`; `solve(g, budget, method=\"auto\")` with its "
-        "defaults (`time_limit_s` 60, `stop_gap` 5%, `patience_s` 8 s); *load*: one-minute load average at the "
+        "defaults (`time_limit_s` 60, `stop_gap` 1%, `patience_s` 8 s; between 1% and 5% of its bound the search "
+        "ends once nothing has improved for 8 s, further it runs to the limit); *load*: one-minute load average at the "
         "start of each call, on 2 cores. *gap*: cost over auto's lower bound minus one (none: optimal or no "
         "schedule).", "",
         table(["graph", "nodes", "budget", "status", "wall s", "gap", "path", "chosen", "load"], body)]))
