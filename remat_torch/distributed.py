@@ -390,6 +390,21 @@ def fully_shard_blocks(rm, blocks, *, gathered: int | None = None, **fsdp_kwargs
         If ``rm`` is already sharded, ``blocks`` is empty or holds a module
         that is not a submodule of the rematerialized model, or ``gathered``
         is not a positive integer.
+
+    Examples
+    --------
+    >>> import torch, torch.distributed as dist
+    >>> from remat_torch import rematerialize
+    >>> from remat_torch.distributed import fully_shard_blocks
+    >>> dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    >>> net = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    >>> x = torch.randn(8, 16)
+    >>> rm = fully_shard_blocks(rematerialize(net, x, budget=1.0, method="checkpoint-all"), [net[0], net[2]],
+    ...                         gathered=1)
+    >>> rm(x).sum().backward()
+    >>> type(net[0].weight.grad).__name__  # the rank's shard of the reduced gradient
+    'DTensor'
+    >>> dist.destroy_process_group()
     """
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
