@@ -242,7 +242,7 @@ def _plan_schedule(graph: Graph, schedule: Schedule, hoist: bool) -> ExecutionPl
 def _plan_sequence(graph: Graph, sequence, hoist: bool) -> ExecutionPlan:
     """The statements of an operation sequence: a compute reads the newest resident copy of each input, a free
     releases the oldest copy (copies hold the same value), and what is resident at the end is freed then."""
-    from .sequence import COMPUTE, simulate_sequence
+    from .sequence import COMPUTE, simulate_sequence, two_phases
 
     simulate_sequence(graph, sequence, timeline=False)   # validates; raises InvalidScheduleError naming the event
     n = graph.n
@@ -261,8 +261,6 @@ def _plan_sequence(graph: Graph, sequence, hoist: bool) -> ExecutionPlan:
             if first[e]:
                 upcoming = nodes[e]
             label[e] = upcoming
-    from .sequence import two_phases
-
     bwd = graph.is_backward
     if two_phases(graph):
         first_pos = {k: e for e, k in enumerate(nodes) if first[e]}
