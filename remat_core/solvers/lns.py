@@ -462,6 +462,7 @@ def improve_windows(graph: Graph, schedule: Schedule, budget_bytes: int,
     best_cost = schedule.cost(graph)
     info: dict[str, Any] = {"windows": 0, "improved": 0, "rounds": 0, "why": "no window improves"}
     built_in_cycle = False   # whether a program was built in this cycle of rounds (rounds=None ends without)
+    last_s = 0.0   # the last program's time (build and solve)
     rnd = 0
     while rounds is None or rnd < rounds:
         d, round_widths, limit_s, nodes, offset = round_plan(rnd, depth, widths, window_s, window_nodes)
@@ -483,13 +484,19 @@ def improve_windows(graph: Graph, schedule: Schedule, budget_bytes: int,
                     limit = limit_s
                     if deadline is not None:
                         left = deadline - clock()
+                        if left < last_s:   # the last program would not fit: HiGHS checks its limit between phases,
+                            info["why"] = "deadline"   # so a root cut short both overruns and finds nothing
+                            return best, info
                         limit = left if limit_s is None else min(left, limit_s)
                     info["windows"] += 1
+                    t0 = clock()
                     tried.add((a, b))
                     rows = _rows_of(best)
                     prog = window_program(graph, best, budget_bytes, a, b, d, rows)
                     built_in_cycle |= prog is not None
                     cand = None if prog is None else _solved(graph, best, budget_bytes, prog, limit, rows, nodes)
+                    if prog is not None:
+                        last_s = clock() - t0
                     cost = math.inf if cand is None else cand.cost(graph)
                     if cost < best_cost - 1e-9:
                         log.debug("lns: window [%d, %d), width %d, depth %d: %.6g -> %.6g", a, b, width, d,

@@ -129,7 +129,7 @@ def test_without_an_end_of_rounds_a_longer_search_is_never_worse_and_uses_the_wo
 
 
 def test_without_an_end_of_rounds_the_search_runs_to_its_deadline(start):
-    """Under a fake clock (1 s a reading, two readings a program) the search with ``rounds=None`` stops at the
+    """Under a fake clock (1 s a reading, four readings a program) the search with ``rounds=None`` stops at the
     deadline, after more rounds than a cycle, not when a cycle finds nothing; with no deadline, work budget or
     ``stop``, ``rounds=None`` would never end: refused."""
     g, budget, sched = start
@@ -139,7 +139,7 @@ def test_without_an_end_of_rounds_the_search_runs_to_its_deadline(start):
         now[0] += 1.0
         return now[0]
 
-    best, info = improve_windows(g, sched, budget, clock=clock, deadline=170.0, widths=(4,), window_s=None,
+    best, info = improve_windows(g, sched, budget, clock=clock, deadline=340.0, widths=(4,), window_s=None,
                                  rounds=None)
     assert info["why"] == "deadline" and info["rounds"] > ROUNDS, info
     assert simulate(g, best).peak_memory_bytes <= budget and best.cost(g) < sched.cost(g)
