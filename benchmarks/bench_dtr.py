@@ -228,8 +228,11 @@ NUMBERING_NOTES = """Reading the table: each cell is what `solve(g, budget, meth
 (its `objective`: compute over one pass), the budget in bytes being the fraction of the checkpoint-all peak of the
 *run-order* graph, so both numberings get the same bytes. The run that won is in brackets: `stages` (the stage-form
 run in the file's numbering), `stages, aware` (the stage run on the graph renumbered in
-`remat_core.order.memory_aware_order`, brought back as a sequence), `given` (the run as it runs, simrd's semantics,
-in the file's numbering) or `aware` (the same in the memory-aware order). A run as it runs stops as thrashing at 2x the compute (simrd's
+`remat_core.order.memory_aware_order`, brought back as a sequence), `stages, demand` / `stages, demand desc` (the
+same in `remat_core.order.demand_order`, inputs walked ascending / descending: the forward by demand from the loss,
+the backward latest-forward-first, as an eager program with autograd runs), `given` (the run as it runs, simrd's
+semantics, in the file's numbering) or `aware` / `demand` / `demand desc` (the same in those orders). A run as it
+runs stops as thrashing at 2x the compute (simrd's
 cutoff); the stage run at 50 computations per node. "simrd @ its 0.5" is simrd at 0.5 of its own baseline peak, and
 "ours @ those bytes" is ours given the same number of bytes (0.5 / ratio of our peak, where the ratio is known);
 "simrd @ our 0.5" is simrd given the bytes of our 0.5. simrd's figures come from ../shared/data/dtr_dags/README.md
@@ -272,7 +275,9 @@ def render_numbering(raw: dict) -> str:
             return "-"
         if c["overhead"] is None:
             return "thrash" if c.get("thrashed") else "infeasible"
-        short = {"memory-aware": "aware", "stages memory-aware": "stages, aware"}.get(c["run"], c["run"])
+        short = {"memory-aware": "aware", "stages memory-aware": "stages, aware", "demand-descending": "demand desc",
+                 "stages demand": "stages, demand", "stages demand-descending": "stages, demand desc"
+                 }.get(c["run"], c["run"])
         return f"{c['overhead']:.3f} ({short})"
 
     head = ["graph", "numbering"] + [f"ours @{f}" for f in NUMBERING_FRACTIONS] + [
