@@ -29,7 +29,7 @@ import logging
 import re
 import threading
 
-__all__ = ["recording", "capture", "simulate", "step_peak"]
+__all__ = ["recording", "capture", "simulate", "step_peak", "lowered"]
 
 log = logging.getLogger(__name__)
 _local = threading.local()
@@ -110,20 +110,69 @@ def capture(graph, wrapper_code) -> dict:
     return {"source": str(source), "sizes": sizes, "workspace": scratch}
 
 
+def lowered(gm, is_backward: bool) -> dict:
+    """:func:`capture` of the code Inductor generates for ``gm``, without compiling or running it.
+
+    The same steps as Inductor's ``compile_fx_inner`` up to the wrapper code
+    (views to reshapes, fake-tensor propagation, the post-grad passes,
+    lowering, scheduling with fusion and reordering, and the generation of the
+    wrapper and kernel sources), with the Inductor settings in effect; the
+    kernels are not compiled. ``gm`` is not modified; its placeholders'
+    ``meta["val"]`` are the example inputs. About as slow as the Python part of
+    a compile (seconds on a small model).
+    """
+    import torch
+    from torch._inductor.debug import DebugContext
+
+    example_inputs = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    previous, _local.records = getattr(_local, "records", None), None    # not one of the compiled graphs
+    try:
+        with torch.utils._python_dispatch._disable_current_modes(), DebugContext():
+            return _lowered(gm, example_inputs, is_backward)
+    finally:
+        _local.records = previous
+
+
+def _lowered(gm, example_inputs, is_backward: bool) -> dict:
+    import copy
+
+    import torch
+    from torch._inductor.compile_fx import (_recursive_post_grad_passes, _recursive_record_original_output_strides,
+                                            fake_tensor_prop, shape_env_from_inputs, view_to_reshape)
+    from torch._inductor.graph import GraphLowering
+    from torch._inductor.virtualized import V
+
+    gm = copy.deepcopy(gm)     # the passes below rewrite it
+    view_to_reshape(gm)
+    with torch.no_grad():
+        fake_mode = fake_tensor_prop(gm, example_inputs)
+    _recursive_record_original_output_strides(gm)
+    shape_env = getattr(gm, "shape_env", None) or shape_env_from_inputs(example_inputs)
+    with V.set_fake_mode(fake_mode):
+        _recursive_post_grad_passes(gm, is_inference=False)
+        graph = GraphLowering(gm, example_inputs=example_inputs, shape_env=shape_env, is_inference=False,
+                              is_backward=is_backward)
+        with V.set_graph_handler(graph), V.set_extern_kernel_nodes([]):
+            graph.run(*example_inputs)
+            code, _ = graph.codegen()
+            return capture(graph, code)
+
+
 def _storage_bytes(shape, stride, itemsize: int) -> int:
     if any(s == 0 for s in shape):
         return 0
     return (1 + sum((s - 1) * st for s, st in zip(shape, stride))) * itemsize
 
 
-def simulate(code: dict, inputs: dict | None = None) -> tuple[int, int, list]:
+def simulate(code: dict, inputs: dict | None = None, trace: list | None = None) -> tuple[int, int, list]:
     """Replay one captured wrapper: ``(peak bytes, bytes live at return, [(storage, bytes) per returned value])``.
 
     ``inputs`` maps argument names to ``(storage key, bytes)``: those are live
     at entry and freed where the wrapper drops its last reference (a backward's
     saved tensors); other arguments (parameters, the user's inputs) are the
     caller's and not counted. Returned storages are ``None`` for uncounted
-    arguments.
+    arguments. ``trace``, when given, receives ``(line, live bytes after it)``
+    for every line replayed (to find where the peak is).
     """
     lines = code["source"].split("\n")
     sizes, scratch = code["sizes"], code.get("workspace", {})
@@ -212,6 +261,8 @@ def simulate(code: dict, inputs: dict | None = None) -> tuple[int, int, list]:
         elif m := _RETURN.match(line):
             returned = [_base(x) for x in _split_top(m.group(1)) if x.strip()]
             break
+        if trace is not None:
+            trace.append((line, live))
     outs = [(var.get(name), nbytes.get(var.get(name), 0)) for name in returned]
     return peak, live, outs
 

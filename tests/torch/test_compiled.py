@@ -14,6 +14,7 @@ budgets are marked slow.
 
 import copy
 import os
+import re
 import sys
 
 import pytest
@@ -148,46 +149,62 @@ _VIT_TWO_GRAPHS = pytest.mark.xfail(strict=True, reason=(
     "known: ViT compiles into two graphs (two plans, each with the budget); the one-plan check fails"))
 
 
-_REFUSED_AT_HALF = {
-    "gpt2": ("known: refused at 0.5 under Inductor: every plan the planning model accepts compiles above the "
-             "budget (313,732 B): the smallest measured 359,048 B (0.599) after 2 compiles, the planning model "
-             "said 275 KiB, the replay of the generated code 352 KiB (within 0.4%)"),
-    "llama": ("known: refused at 0.5 under Inductor: budget 305,540 B, the smallest plan measured 457,608 B "
-              "(0.854) where the planning model said 292 KiB (Inductor's order and fusion, not modelled)"),
-}
+# Where 0.5 (of compile's own plan's generated code) is below the smallest plan found under Inductor, the
+# refusal names the smallest (the generated code's peak, replayed before compiling) and the test trains there.
+# Inductor fuses a SiLU/GELU backward into one kernel whose three matrix-product inputs and three outputs live
+# together (Llama: 6 x 32 KiB of its 304 KiB budget at 0.5, beside 88.6 KiB of gradients and outputs).
+_REFUSED_AT_HALF = {"gpt2": 0.560, "llama": 0.777}    # the smallest found as measured on 2026-11-26
 
 
+def _inductor_at(name, budget):
+    """Trains under Inductor at ``budget``; where the model refuses 0.5 as known, at the smallest it names."""
+    try:
+        return _train(name, backend(budget), tol=1e-4)
+    except Exception as exc:
+        err = _budget_error(exc)
+        if err is None or name not in _REFUSED_AT_HALF:
+            raise
+        # the smallest budget in human units and as a fraction, no worse than recorded (a 2% margin)
+        assert re.search(r"smallest budget at which a plan was found: [0-9.]+ [KMG]iB \([0-9]+ bytes, [0-9.]+ of "
+                         r"activation memory", str(err)), str(err)
+        assert err.smallest_fraction <= _REFUSED_AT_HALF[name] + 0.02, str(err)
+        # the smallest is a replay of generated code (within 0.3% of the allocator): 1% slack
+        return _train(name, backend(int(err.smallest_bytes * 1.01)), tol=1e-4)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [
-    # refused plans cost up to four Inductor compiles each: slow
-    pytest.param("gpt2", marks=[pytest.mark.slow, pytest.mark.xfail(strict=True, reason=_REFUSED_AT_HALF["gpt2"])]),
-    pytest.param("llama", marks=[pytest.mark.slow,
-                                 pytest.mark.xfail(strict=True, reason=_REFUSED_AT_HALF["llama"])]),
-    pytest.param("bert", marks=pytest.mark.slow),
-    pytest.param("t5", marks=pytest.mark.slow),
-    pytest.param("vit", marks=[pytest.mark.slow, _VIT_TWO_GRAPHS]),
+    "gpt2", "llama", "bert", "t5",
+    pytest.param("vit", marks=_VIT_TWO_GRAPHS),
 ])
 def test_inductor_at_half(name):
-    """Inductor at 0.5: trains as eager, within the budget, and the replay of the generated code predicts the
-    allocator's peak within 5%."""
-    plans, peaks = _train(name, backend(0.5), tol=1e-4)
+    """Inductor at 0.5 (or the smallest found where 0.5 is refused): trains as eager, within the budget, and the
+    replay of the generated code, computed before compiling to choose the plan, predicts the allocator's peak
+    within 5%."""
+    plans, peaks = _inductor_at(name, 0.5)
     plan = _check(plans, peaks, model_within=0.05)
     assert plan.code_peak_bytes is not None and plan.predicted_peak_bytes == plan.code_peak_bytes
+    for peak in peaks:
+        assert abs(peak - plan.planned_peak_bytes) <= 0.05 * peak, (peak, plan)
     assert plan.n_recomputed > 0 and plan.source != "compile-default"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["gpt2", "bert", "llama", "t5", pytest.param("vit", marks=_VIT_TWO_GRAPHS)])
 def test_inductor_at_smallest_found(name):
-    """The smallest budget the refusal names (a compiled, measured plan) trains within itself (2% slack)."""
+    """The smallest budget the refusal names (the generated code's peak, replayed before compiling) trains within
+    itself (1% slack)."""
     torch._dynamo.reset()
     model, batch = _model(name)
     with pytest.raises(Exception, match="smallest") as info:
         torch.compile(model, backend=backend("1KiB"))(**batch)
     err = _budget_error(info.value)
     assert err is not None and err.smallest_bytes > 1024
-    plans, peaks = _train(name, backend(int(err.smallest_bytes * 1.02)), tol=1e-4)
+    plans, peaks = _train(name, backend(int(err.smallest_bytes * 1.01)), tol=1e-4)
     plan = _check(plans, peaks, model_within=0.05)
     assert plan.code_peak_bytes is not None
+    for peak in peaks:
+        assert abs(peak - plan.planned_peak_bytes) <= 0.05 * peak, (peak, plan)
 
 
 @pytest.mark.slow
@@ -206,6 +223,37 @@ def test_fx_halves_at_smallest_found(name):
     assert err is not None and err.smallest_bytes > 1024
     plans, peaks = _train(name, backend(int(err.smallest_bytes * 1.05), inductor=False, time_limit_s=3))
     _check(plans, peaks, model_within=0.05)
+
+
+def test_inductor_plan_is_chosen_on_the_code_it_generates():
+    """A small tanh MLP under Inductor at 0.8: the plan's peak, replayed from the code Inductor generates before it is
+    compiled, equals the replay of the code compiled for it and is within 5% of the allocator's peak, which is
+    within the budget; gradients equal eager's over three steps."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(32, 64)]
+    for _ in range(4):      # activations (512 x 64 floats, 128 KiB each) dominate the weights (16 KiB)
+        layers += [torch.nn.Tanh(), torch.nn.Linear(64, 64)]
+    ref = torch.nn.Sequential(*layers, torch.nn.Tanh(), torch.nn.Linear(64, 1))
+    ours = copy.deepcopy(ref)
+    be = backend(0.8)     # its smallest plan under Inductor is at 0.685
+    step = torch.compile(lambda x: ours(x).square().mean(), backend=be)
+    x = torch.randn(512, 32)
+    peaks = []
+    for i in range(STEPS):
+        ref(x).square().mean().backward()
+        with AllocatorMeter() as meter:
+            loss = step(x)
+            loss.backward()
+            del loss
+        if i:
+            peaks.append(meter.peak_bytes)
+        for p, q in zip(ours.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+            p.grad = q.grad = None
+    plan = _check(be.partitioner.plans, peaks, model_within=0.05)
+    assert plan.n_recomputed > 0 and plan.source != "compile-default"
+    assert plan.planned_peak_bytes == plan.code_peak_bytes, plan
 
 
 @pytest.mark.parametrize("budget", [1.5, -0.1, float("nan"), "lots", 0, True])
