@@ -433,7 +433,9 @@ def fully_shard_blocks(rm, blocks, *, gathered: int | None = None, **fsdp_kwargs
     fully_shard(rm, **fsdp_kwargs)
     # registered after FSDP2's own pre-forward hook (which it prepends), so the root is set up first
     if gathered is None:
-        rm.register_forward_pre_hook(_BlockGather(blocks), with_kwargs=True)
+        gather = _BlockGather(blocks)
+        rm.register_forward_pre_hook(gather.pre_forward, with_kwargs=True)
+        rm.register_forward_hook(gather.post_forward, always_call=True)
     else:
         on_use = _GatherOnUse(blocks, gathered)
         rm.register_forward_pre_hook(on_use.pre_forward, with_kwargs=True)
@@ -442,16 +444,44 @@ def fully_shard_blocks(rm, blocks, *, gathered: int | None = None, **fsdp_kwargs
     return rm
 
 
+def _mute_hooks(blocks) -> list:
+    """Remove FSDP2's forward hooks of ``blocks`` (a plan traced for a new shape calls the blocks' forward, and
+    their hooks would gather and reshard real parameters inside the trace); what ``_restore_hooks`` needs."""
+    muted = []
+    for blk in blocks:
+        state = blk._get_fsdp_state()
+        if len(state._modules) != 1:  # a group of modules sharded together: hooks we cannot re-create
+            continue
+        state._pre_forward_hook_handle.remove()
+        state._post_forward_hook_handle.remove()
+        muted.append((blk, state))
+    return muted
+
+
+def _restore_hooks(muted) -> None:
+    for blk, state in muted:  # as FSDPState.init registers them
+        state._pre_forward_hook_handle = blk.register_forward_pre_hook(state._pre_forward, prepend=True,
+                                                                       with_kwargs=True)
+        state._post_forward_hook_handle = blk.register_forward_hook(state._post_forward, prepend=False)
+
+
 class _BlockGather:
-    """Forward pre-hook of a block-sharded RematModule: gather every block before the plan runs."""
+    """Forward pre- and post-hook of a block-sharded RematModule: gather every block before the plan runs."""
 
     def __init__(self, blocks):
         self.blocks = blocks
+        self.muted = []
 
-    def __call__(self, module, args, kwargs):
+    def pre_forward(self, module, args, kwargs):
         if module.training and torch.is_grad_enabled():  # otherwise the blocks' own forward runs, with its hooks
             for blk in self.blocks:
                 blk.unshard()
+            self.muted = _mute_hooks(self.blocks)
+        return None
+
+    def post_forward(self, module, args, output):
+        muted, self.muted = self.muted, []
+        _restore_hooks(muted)
         return None
 
 
@@ -474,6 +504,8 @@ class _GatherOnUse:
         self.lru: list = []  # gathered blocks, least recently used first
         self.gathers = 0  # all-gathers issued (for tests and benchmarks)
         self._mode = None
+        self.muted = []
+        self.in_forward = False
 
     def _params(self, blk):
         return [fp for g in blk._get_fsdp_state()._fsdp_param_groups for fp in g.fsdp_params]
@@ -491,7 +523,11 @@ class _GatherOnUse:
                 self.lru.append(i)
             return
         while len(self.lru) >= self.limit:
-            self.blocks[self.lru.pop(0)].reshard()
+            j = self.lru.pop(0)
+            self.blocks[j].reshard()
+            if self.in_forward:  # the module keeps its unsharded parameters until the plan has taken them
+                for fp in self._params(self.blocks[j]):
+                    fp._setattr_on_modules(fp._unsharded_param)
         self.blocks[i].unshard()
         self.gathers += 1
         self.lru.append(i)
@@ -539,10 +575,22 @@ class _GatherOnUse:
         for blk in self.blocks:
             for fp in self._params(blk):
                 fp._setattr_on_modules(fp._unsharded_param)
+        self.muted = _mute_hooks(self.blocks)
+        self.in_forward = True
         self._enter()
         return None
 
+    def _exit_backward(self, *_):
+        self._exit()
+        for i, blk in enumerate(self.blocks):  # the gathered ones get their sharded parameters back from FSDP2
+            if i not in self.lru:
+                for fp in self._params(blk):
+                    fp._setattr_on_modules(fp.sharded_param)
+
     def post_forward(self, module, args, output):
+        muted, self.muted = self.muted, []
+        _restore_hooks(muted)
+        self.in_forward = False
         if self._mode is None:
             return None
         self._exit()
@@ -551,5 +599,5 @@ class _GatherOnUse:
         nodes = {t.grad_fn for t in tree_leaves(output) if isinstance(t, torch.Tensor) and t.grad_fn is not None}
         for node in nodes:
             node.register_prehook(self._enter)
-            node.register_hook(self._exit)
+            node.register_hook(self._exit_backward)
         return None

@@ -379,12 +379,20 @@ def run_fsdp_blocks(rank, world, out_dir, scenario="fsdp-blocks", gathered=None)
     g_ours, rises = _train(ours, rank, measure=True)
     diffs = [max(float((a - b).abs().max()) for a, b in zip(ga, gb)) for ga, gb in zip(g_ours, g_ref)]
     scale = max(float(g.abs().max()) for g in g_ref[0])
+    plan = (int(rm.result.budget_bytes), int(rm.predicted_peak_bytes), int(rm.extracted.graph.fixed_bytes),
+            int(rm.result.schedule.compute_counts().max()), rm.result.method)
+    # a batch of another shape after sharding: a new plan, traced with the blocks' FSDP2 hooks muted
+    new_shape = []
+    for m in (ref, ours):
+        m.zero_grad(set_to_none=True)
+        m(*_batch(rank, STEPS, batch=BATCH // 2)).backward()
+        new_shape.append([_local(p.grad).detach().clone() for p in m.parameters()])
     rec = {"rank": rank, "diffs": diffs, "grad_scale": scale, "rises": rises, "resident": resident,
-           "budget_bytes": int(rm.result.budget_bytes), "predicted_peak_bytes": int(rm.predicted_peak_bytes),
-           "fixed_bytes": int(rm.extracted.graph.fixed_bytes),
+           "new_shape_diff": _max_diff(*new_shape), "num_plans": rm.num_plans,
+           "budget_bytes": plan[0], "predicted_peak_bytes": plan[1], "fixed_bytes": plan[2],
            "overhead_bytes": rdist.comm_overhead_bytes(base, "fsdp", world, blocks=base.blocks, gathered=gathered),
            "overhead_whole_bytes": rdist.comm_overhead_bytes(base, "fsdp", world),
-           "recomputed": int(rm.result.schedule.compute_counts().max()), "method": rm.result.method,
+           "recomputed": plan[3], "method": plan[4],
            "sharded": sorted({type(p).__name__ for p in ours.parameters()}),
            "grad_types": sorted({type(p.grad).__name__ for p in ours.parameters()}),
            "block_bytes": [rdist._param_bytes(blk) for blk in base.blocks], "gathered": gathered}

@@ -256,6 +256,8 @@ def test_fully_shard_per_block_gradients_and_per_rank_peak(wrapped_runs, scenari
         assert rec["predicted_peak_bytes"] <= rec["budget_bytes"], rec
         # per block, the root's all-gather buffer holds only the parameters outside the blocks
         assert rec["overhead_bytes"] < rec["overhead_whole_bytes"], rec
+        # a batch of another shape after sharding gets its own plan and the same gradients
+        assert rec["num_plans"] == 2 and rec["new_shape_diff"] <= 1e-6 * max(rec["grad_scale"], 1.0), rec
         if rec["gathered"] is not None:  # less the blocks not gathered
             assert rec["overhead_whole_bytes"] - rec["overhead_bytes"] >= min(rec["block_bytes"]), rec
         measured = rec["resident"] + rec["rises"][-1]  # the rank's parameter shards and inputs, and the step
