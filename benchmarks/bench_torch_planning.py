@@ -40,6 +40,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 PHASES = {  # phase -> (module, function)
     "trace": [("remat_torch.extract", "_fake_metadata"), ("remat_torch.extract", "_trace_joint")],
+    "reads": [("remat_torch.extract", "_record_reads")],   # the real forward run when the trace reads a value
     "group": [("remat_torch.extract", "_group")],
     "costs": [("remat_torch.profile", "node_costs")],
     "workspace": [("remat_torch.profile", "measure_workspace")],

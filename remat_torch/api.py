@@ -42,8 +42,10 @@ AUTO_GRANULARITIES = ("op", "module")
 #: ``patience_s`` given to ``method="auto"`` (:func:`remat_core.solvers.auto.solve_auto`): the search stops this
 #: many seconds in once its plan is within ``stop_gap`` (5%) of its lower bound. The core's default (8 s) suits
 #: a plan made once; here a plan is made for every new kind of call, while training waits (4-layer GPT-2 at
-#: 0.5: 2.2 s at 1.6% over the bound, against 10.3 s at 3.3% with 8 s, under load).
-AUTO_PATIENCE_S = 2.0
+#: 0.5: 2.2 s at 1.6% over the bound, against 10.3 s at 3.3% with 8 s, under load). 0.5 s: on the 4-layer
+#: GPT-2 and Llama graphs at 0.5 and 0.3, patience 0.25/0.5/1/2 s ended at the same cost but in one case
+#: (GPT-2 at 0.3: 1.66% over the bound at 0.5 s, 1.25% at 1-2 s).
+AUTO_PATIENCE_S = 0.5
 #: ``stop_gap`` given to ``method="auto"``: the 5% above (the core's default is 1% since issue 37, so that a
 #: plan made once uses its whole limit when further from its bound).
 AUTO_STOP_GAP = 0.05

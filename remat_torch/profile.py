@@ -218,6 +218,7 @@ def measure_workspace(eg, model, inputs: Sequence, progress: bool = False, share
     values = _placeholder_values(eg, model, inputs)
     dev = _cuda_device(values)
     seen: dict = {}   # node signature -> (peak, net, node) measured on the first node with it
+    zeros: dict = {}   # (dtype, device) -> one zero-filled buffer that every stand-in of that kind views
     with torch.random.fork_rng(devices=[] if dev is None else [dev]), torch.no_grad():
         for k in tqdm(range(g.n), desc="workspace", disable=not progress):
             spec = eg.groups[k]
@@ -225,7 +226,7 @@ def measure_workspace(eg, model, inputs: Sequence, progress: bool = False, share
             sig = node_signature(spec.fn, args) if share else None
             if sig in seen:   # the same ops on the same shapes (another layer of a stack): same allocations
                 peak, net, twin = seen[sig]
-                res = _stand_ins(outs[twin])
+                res = _stand_ins(outs[twin], zeros)
                 if res is None:   # outputs whose values later ops may depend on (indices): computed
                     res = spec.fn.forward(*args)
             else:
@@ -243,19 +244,31 @@ def measure_workspace(eg, model, inputs: Sequence, progress: bool = False, share
     return ws
 
 
-def _stand_ins(outputs):
+def _stand_ins(outputs, pool: dict | None = None):
     """Zero-filled tensors of the layouts of ``outputs`` (a node's results), or None where one of them is an
     integer tensor (indices a later op may read) or no tensor: what later nodes read from a repeated node,
     whose allocations are known, so that the repeat need not run. Zeros, not uninitialized memory: denormals
-    would slow later ops down."""
+    would slow later ops down.
+
+    With ``pool`` (a dict kept across calls), every stand-in of a dtype and device is a view of one zero
+    buffer, grown when a larger one is needed: the graph's ops are functional (they do not write into their
+    inputs), so they can share it, and a fresh zeroed block per value (its page faults) took about a third of
+    the workspace measurement (4-layer GPT-2, 117 repeated nodes: 1.2 of 3.2 CPU s)."""
     import torch
 
     if not all(isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool)
                for t in outputs):
         return None
+
     def zeros(t):
         numel = 1 + sum((d - 1) * st for d, st in zip(t.shape, t.stride())) if t.numel() else 0
-        return torch.zeros(numel, dtype=t.dtype, device=t.device).as_strided(t.shape, t.stride())
+        if pool is None:
+            return torch.zeros(numel, dtype=t.dtype, device=t.device).as_strided(t.shape, t.stride())
+        key = (t.dtype, t.device)
+        buf = pool.get(key)
+        if buf is None or buf.numel() < numel:
+            buf = pool[key] = torch.zeros(max(numel, 1), dtype=t.dtype, device=t.device)
+        return buf.as_strided(t.shape, t.stride())
 
     return tuple(zeros(t) for t in outputs)
 
