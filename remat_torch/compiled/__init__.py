@@ -36,7 +36,7 @@ What the partitioner does, per joint graph:
    replayed: ``remat_torch.compiled.generated.lowered``), because the memory
    model of step 2 under-counts fused code by up to 45%: candidates are
    checked in order of recomputation, and the first that fits is chosen
-   (see :meth:`RematPartitioner._choose_by_generated_code`).
+   (see ``RematPartitioner._choose_by_generated_code``).
 
 Budgets: a float in [0, 1] is a fraction of activation memory (0 = the
 memory the step always holds: the gradients and outputs; 1 = the peak of
@@ -103,7 +103,7 @@ class CompiledPlan:
     planning model's peak. ``planned_peak_bytes`` is the peak the plan was
     chosen on: with Inductor below budget 1.0, the replay of the code Inductor
     generates for it before it is compiled
-    (:func:`remat_torch.compiled.generated.lowered`), else the planning
+    (``remat_torch.compiled.generated.lowered``), else the planning
     model's. ``candidates`` lists ``(source, model peak, recomputation cost,
     generated-code peak or None)``. ``measured_peak_bytes`` is the compile-time
     check's measurement (``None`` when not verified); ``attempts`` the
@@ -972,7 +972,7 @@ class RematPartitioner(_PartitionerBase):
         was below the generated code's peak (by 0-45%). Candidates are therefore
         taken in order of recomputation cost, those whose model peak is already
         over the budget skipped, and the first whose generated code
-        (:func:`remat_torch.compiled.generated.lowered`, replayed) fits is
+        (``remat_torch.compiled.generated.lowered``, replayed) fits is
         chosen. When none fits, or the backend asks for the smallest plan, the
         smallest generated-code peak is searched for, in order of the model's
         peak, stopping where the model's peak reaches the best found (a bound,
