@@ -969,7 +969,7 @@ class RematPartitioner(_PartitionerBase):
         kernels ahead of the kernel that reads them; a cheap recomputed chain
         inlined into several readers keeps its inputs alive until the last), so
         it under-counts: on every candidate measured on tiny GPT-2 and Llama it
-        was below the generated code's peak (by 2-39% of it; 12-30% on T5). Candidates are therefore
+        was below the generated code's peak (by 2-39% of it; 6-30% on T5). Candidates are therefore
         taken in order of recomputation cost, those whose model peak is already
         over the budget skipped, and the first whose generated code
         (``remat_torch.compiled.generated.lowered``, replayed) fits is
