@@ -504,7 +504,8 @@ class RematModule(torch.nn.Module):
             raise RematError(
                 f"parameter {sharded!r} is still sharded (a DTensor) when the plan runs: fully_shard (FSDP2) on "
                 "submodules of a rematerialized module is not supported, since the plan runs the whole step as "
-                "one graph and never calls their forward; call fully_shard on the RematModule itself "
+                "one graph and never calls their forward; use remat_torch.distributed.fully_shard_blocks(rm, "
+                "blocks) instead of fully_shard on the blocks, or fully_shard on the RematModule itself "
                 "(docs: Training on GPUs and across devices)")
         flat = _RematFunction.get().apply(self, spec, len(params), *params, *tensors)
         return _unflatten_outputs(eg, flat)
@@ -569,9 +570,9 @@ class RematModule(torch.nn.Module):
         eg = cur.eg
         budget_bytes = _resolve_budget(eg.graph, settings.budget)
         result = _solve(eg.graph, budget_bytes, settings)
-        if result.schedule is None:
+        if not result.success:
             raise _infeasible(eg, budget_bytes, result, settings)
-        spec = _Specialization(eg, result, make_plan(eg.graph, result.schedule, hoist=settings.hoist),
+        spec = _Specialization(eg, result, make_plan(eg.graph, _planned(result), hoist=settings.hoist),
                                settings.measure, attrs=cur.attrs)
         spec.sig = cur.sig
         rm = RematModule(self.module, settings, None, None, call_defaults=self._call_defaults)
@@ -618,7 +619,11 @@ class RematModule(torch.nn.Module):
             "granularity": s.eg.granularity, "blocks": s.eg.graph.meta.get("blocks"),
             "budget_bytes": int(s.result.budget_bytes), "method": s.result.method,
             "objective": s.result.objective, "peak_memory_bytes": s.result.peak_memory_bytes,
-            "hoist": bool(self._settings.hoist), "schedule": s.result.schedule.to_dict(),
+            "hoist": bool(self._settings.hoist),
+            "schedule": s.result.schedule.to_dict() if s.result.schedule is not None else None,
+            # a DTR run recorded only as it ran (no stage schedule)
+            "sequence": (s.result.sequence.to_dict() if s.result.schedule is None and s.result.sequence is not None
+                         else None),
             # a plan with a host tier keeps its copies (remat_core.host.host_result_from_dict reads them back)
             **({"host_plan": s.result.host_plan.to_dict(), "host_bandwidth": s.result.host_bandwidth}
                if getattr(s.result, "host_plan", None) is not None else {}),
@@ -749,7 +754,7 @@ def _solve(graph, budget_bytes: int, s: _Settings) -> RematResult:
         opts.setdefault("patience_s", AUTO_PATIENCE_S)
         opts.setdefault("stop_gap", AUTO_STOP_GAP)
     result = solve(graph, budget_bytes, method=method, **opts)
-    if method == "auto" and result.schedule is None:
+    if method == "auto" and not result.success:
         result = _dtr_backstop(graph, budget_bytes, result)
     return result
 
@@ -772,7 +777,7 @@ def _dtr_backstop(graph, budget_bytes: int, result: RematResult) -> RematResult:
         if heuristic == "random":
             continue
         res = solve(graph, budget_bytes, method="dtr", heuristic=heuristic)   # re-simulated by solve
-        if res.schedule is not None and res.peak_memory_bytes <= budget_bytes:
+        if res.success and res.peak_memory_bytes <= budget_bytes:
             if best is None or res.objective < best.objective:
                 best = res
         mb = (res.stats or {}).get("method_min_budget_bytes")
@@ -868,7 +873,7 @@ def _rescue(eg: ExtractedGraph, budget_bytes: int, result: RematResult, s: _Sett
     need = int((result.stats or {}).get("min_budget_bytes") or 0)
     for b in dict.fromkeys(x for x in (need, int(checkpoint_all_peak_bytes(g))) if x > budget_bytes):
         r = _solve(g, b, s)
-        if r.schedule is not None:
+        if r.success:
             log.warning("no plan for %s within the budget %s (%.3f of its activation memory): planned at %s "
                         "(%.3f), the smallest budget found for it, instead of failing in the middle of training",
                         _describe(eg), format_bytes(budget_bytes), budget_fraction(g, budget_bytes), format_bytes(b),
@@ -1013,7 +1018,7 @@ def _no_remat_at_op_level(eg: ExtractedGraph, model, args, kwargs, result: Remat
     from .extract import regroup
 
     if (eg.granularity == "op" or eg.trace is None or getattr(result, "host_plan", None) is not None
-            or int(result.schedule.compute_counts().max()) > 1):
+            or result.schedule is None or int(result.schedule.compute_counts().max()) > 1):
         return eg, result
     op_eg = regroup(eg, model, CallSpec.from_call(args, kwargs)[1], "op")
     op_result = solve(op_eg.graph, budget_bytes, method="checkpoint-all")
@@ -1032,6 +1037,13 @@ def _no_remat_at_op_level(eg: ExtractedGraph, model, args, kwargs, result: Remat
         meta["granularity_auto"] = eg.graph.meta["granularity_auto"]
     op_eg.graph = op_eg.graph.replace(meta=meta)
     return op_eg, op_result
+
+
+def _planned(result: RematResult):
+    """What :func:`make_plan` plans for ``result``: the result itself (its ``sequence`` when it has one, the
+    run its cost and peak describe; a DTR run recorded only as it ran has no stage schedule), or the stage
+    schedule of a plan with copies to host memory."""
+    return result.schedule if getattr(result, "host_plan", None) is not None else result
 
 
 def _same_structure(a, b) -> bool:
@@ -1093,6 +1105,19 @@ def _build(model, args, kwargs, s: _Settings, loaded: dict, require_loaded: bool
 
         result = host_result_from_dict(eg.graph, entry, argument="plan")   # re-simulated; errors name `plan`
         budget_bytes, hoist = result.budget_bytes, bool(entry.get("hoist", s.hoist))
+    elif entry is not None and entry.get("schedule") is None and entry.get("sequence") is not None:
+        from remat_core.sequence import OpSequence, simulate_sequence
+
+        seq = OpSequence.from_dict(entry["sequence"])   # InvalidScheduleError on a malformed one
+        sim = simulate_sequence(eg.graph, seq)          # names the event of an invalid sequence
+        budget_bytes = int(entry["budget_bytes"])
+        if sim.peak_memory_bytes > budget_bytes:
+            raise RematError(f"`plan`: the saved sequence peaks at {format_bytes(sim.peak_memory_bytes)} on this "
+                             f"graph, over its budget {format_bytes(budget_bytes)}")
+        result = RematResult(status=SolveStatus.FEASIBLE, message=f"loaded ({entry.get('method')})", sequence=seq,
+                             objective=float(sim.total_cost), peak_memory_bytes=int(sim.peak_memory_bytes),
+                             budget_bytes=budget_bytes, method="loaded", stats={"saved_method": entry.get("method")})
+        hoist = bool(entry.get("hoist", s.hoist))
     elif entry is not None:
         schedule = Schedule.from_dict(entry["schedule"])
         sim = simulate(eg.graph, schedule)
@@ -1112,14 +1137,14 @@ def _build(model, args, kwargs, s: _Settings, loaded: dict, require_loaded: bool
         result = _derive(eg, budget_bytes, previous)
         if result is None:
             result = _solve(eg.graph, budget_bytes, s)
-        if result.schedule is None and rescue:
+        if not result.success and rescue:
             result, budget_bytes = _rescue(eg, budget_bytes, result, s)
-        if result.schedule is None:
+        if not result.success:
             raise _infeasible(eg, budget_bytes, result, s)
         if s.granularity == "auto":   # a granularity the caller chose is kept
             eg, result = _no_remat_at_op_level(eg, model, args, kwargs, result, budget_bytes, s.hoist)
         hoist = s.hoist
-    plan = make_plan(eg.graph, result.schedule, hoist=hoist)
+    plan = make_plan(eg.graph, _planned(result), hoist=hoist)
     log.info("plan for %s: %s, predicted peak %s, cost %s (trace %.1f s, plan %.1f s)", _describe(eg), result.method,
              format_bytes(result.peak_memory_bytes), result.objective, t1 - t0, time.perf_counter() - t1)
     return _Specialization(eg, result, plan, s.measure, attrs=None)
@@ -1241,6 +1266,11 @@ def rematerialize(
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"`model` must be a torch.nn.Module; got {type(model).__name__}")
+    sharded = next((n for n, p in model.named_parameters() if type(p).__name__ == "DTensor"), None)
+    if sharded is not None:   # tracing would fail deep inside with "mixed torch.Tensor and DTensor"
+        raise RematError(f"parameter {sharded!r} of `model` is already sharded (a DTensor, FSDP2): rematerialize "
+                         "the model first, then shard it (fully_shard on the RematModule, or "
+                         "remat_torch.distributed.fully_shard_blocks for per-block sharding)")
     if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
         raise RematError("rematerialize traces the training step (forward and backward), which needs autograd: "
                          "call it outside `torch.no_grad()` / `torch.inference_mode()`")
