@@ -269,11 +269,12 @@ def test_fully_shard_per_block_gradients_and_per_rank_peak(wrapped_runs, scenari
 
 def test_fully_shard_blocks_on_use_gathers_one_block_at_a_time(wrapped_runs):
     """With ``gathered=1`` each block is gathered when the plan reads it (the forward, then the backward in
-    reverse: at least two gathers per block and step), and the rank's last step peaks lower than with every
-    block gathered for the whole step, by about one block (50,816 B here)."""
+    reverse: at least two gathers per block and step), and the rank's steps peak lower than with every block
+    gathered for the whole step, by one block (50,816 B here). The smallest step of each run is compared: gloo
+    may free an all-gather output later than FSDP2 drops it, which adds a block's bytes to some step."""
     for on_use, whole in zip(wrapped_runs["fsdp-blocks-on-use"], wrapped_runs["fsdp-blocks"]):
         assert on_use["gathers"] >= 2 * len(on_use["block_bytes"]) * 3, on_use
-        assert on_use["rises"][-1] + min(on_use["block_bytes"]) // 2 < whole["rises"][-1], (on_use, whole)
+        assert min(on_use["rises"]) + min(on_use["block_bytes"]) // 2 < min(whole["rises"]), (on_use, whole)
 
 
 def test_plain_fully_shard_per_block_is_refused_with_a_clear_error(wrapped_runs):
