@@ -322,17 +322,21 @@ def render_layered(rows: list[dict], meta: dict) -> str:
         "## scale-layered: auto's anytime search on random layered training graphs (issue 37)", "",
         "Measured in these runs (one-minute load average at the start of each solve in the *load* columns, on a "
         "2-core machine shared with other jobs: wall times are upper bounds):", "",
-        "\n".join(f"* `{m['command']}` ({m['machine']})" for m in runs), "",
+        "\n".join(f"* `{m['command']}` ({m['machine']})" + (
+            ": the rows of " + ", ".join(sorted({r["graph"] for r in rows if r.get("run") == k})) if len(runs) > 1 and
+            any(r.get("run") == k for r in rows) else "") for k, m in enumerate(runs)), "",
         "Graphs: `random_training_graph(layers, 3, seed=7)` (seed 0 is the one the tests and the tuning used). "
         "*cost/LB*: auto's cost over the lower bound it reports; *LB / sum*: that bound over every node computed "
         "once; *best baseline* and *dtr* (h_dtr_eq, no limit): cost over the sum of the node costs. *smallest "
         "found*: the smallest budget any DTR heuristic's bisection (and auto's feasibility phase) reached. Goals "
         "(issue 37): a schedule wherever any method found one; within 5% of the bound at 0.7 and above; within "
         f"15% at the smallest found budget; the 300 s column strictly better than 60 s wherever 60 s is not within "
-        f"1% of its bound. Goals met: {met}, missed: {missed}. auto ran with its defaults (`stop_gap` 5%, "
-        "`patience_s` 8 s: a schedule within 5% of its bound after 8 s ends the search, so at 0.9-0.5 the longer "
-        "limits are not used). *lns*: windows re-optimized by the exact MILP / improved (remat_core.solvers.lns) "
-        "in the longest limit's run. No CP-SAT peer was built (ortools not installed): no peer column.", "",
+        f"1% of its bound. Goals met: {met}, missed: {missed}. auto ran with the defaults of the run's commit (see "
+        "each run's commit; since 0998691/eb23e3e: `stop_gap` 1%, `patience_s` 8 s, between 1% and 5% of its bound the "
+        "search ends once nothing has improved for 8 s, further it runs to the limit; before, `stop_gap` 5%). "
+        "*lns*: windows re-optimized by the exact MILP / improved (remat_core.solvers.lns) in the longest limit's "
+        "run. Each solve runs in a fresh process, which pays numba's start-up (3-5 s at a load of 10) out of its "
+        "limit. No CP-SAT peer was built (ortools not installed): no peer column.", "",
         table(head, out)])
 
 
@@ -652,6 +656,7 @@ def layered_main(args) -> None:
                 load = round(os.getloadavg()[0], 1)
                 r = run_child(job)
                 r["load"] = load
+                r["run"] = len(runs) - 1   # which of meta["runs"] measured this row
                 rows = [x for x in rows if key(x) != key(r)] + [r]
                 print(json.dumps({k: r.get(k) for k in ("graph", "n", "fraction", "method", "limit", "status", "cost",
                                                         "bound", "chosen", "wall_s", "load", "anytime")}), flush=True)
