@@ -268,13 +268,14 @@ def _ours_at(eg, level, time_limit_s):
 
     opts = {"time_limit_s": time_limit_s}
     budget = min_budget_bytes(eg.graph)[0] if level == "smallest" else level
-    try:
-        return remat_tf.RematModel.from_extracted(eg, budget=budget, method="auto", solver_options=opts)
-    except remat_tf.BudgetInfeasibleError as exc:
-        if level != "smallest" or not exc.min_budget_bytes or exc.min_budget_bytes <= budget:
-            raise
-        return remat_tf.RematModel.from_extracted(eg, budget=int(exc.min_budget_bytes), method="auto",
-                                                  solver_options=opts)
+    for _ in range(4):
+        try:
+            return remat_tf.RematModel.from_extracted(eg, budget=budget, method="auto", solver_options=opts)
+        except remat_tf.BudgetInfeasibleError as exc:
+            if level != "smallest" or not exc.min_budget_bytes or exc.min_budget_bytes <= budget:
+                raise
+            budget = int(exc.min_budget_bytes)
+    return remat_tf.RematModel.from_extracted(eg, budget=budget, method="auto", solver_options=opts)
 
 
 def versus_scope(name, size, batch, steps, time_limit_s, device, with_eager=True):

@@ -14,7 +14,7 @@ from remat_core.errors import BudgetInfeasibleError, RematError
 from remat_core.solvers import available_methods
 from remat_core.units import budget_fraction, format_bytes, min_budget_bytes, resolve_budget
 
-from .execute import apply_updates, order_writes_after_reads, run_plan
+from .execute import apply_updates, executed_peak_bytes, order_writes_after_reads, run_plan
 from .graph import ExtractedGraph, _flat, extract_graph
 
 __all__ = ["rematerialize", "RematModel", "Specialization", "AUTO_FALLBACK_TIME_LIMIT_S"]
@@ -36,7 +36,11 @@ class Specialization:
     grad_fn: Any = None
 
     budget_bytes = property(lambda self: int(self.result.budget_bytes))
-    predicted_peak_bytes = property(lambda self: int(self.result.peak_memory_bytes))
+    predicted_peak_bytes = property(lambda self: _predicted(self.result))
+
+
+def _predicted(result) -> int:
+    return int(max(result.peak_memory_bytes, result.stats.get("executed_peak_bytes", 0)))
 
 
 def _key(xs: list, ys: list) -> tuple:
@@ -98,7 +102,9 @@ class RematModel(keras.Model):
     result = property(lambda self: self._remat["result"])
     plan = property(lambda self: self._remat["plan"])
     budget_bytes = property(lambda self: int(self._remat["result"].budget_bytes))
-    predicted_peak_bytes = property(lambda self: int(self._remat["result"].peak_memory_bytes))
+    predicted_peak_bytes = property(lambda self: _predicted(self._remat["result"]),
+                                    doc="Peak of the executed step: the simulator's, plus weight gradients held "
+                                        "until a later read of their weights (remat_tf.execute.executed_peak_bytes).")
     run_info = property(lambda self: self._remat.get("info"), doc="RunInfo of the last traced step (or None).")
     plans = property(lambda self: dict(self._remat["plans"]),
                      doc="The cached specializations: ``(input shapes/dtypes, target shapes/dtypes) -> Specialization``.")
@@ -325,17 +331,37 @@ def _solve_plan(eg: ExtractedGraph, budget_bytes: int, method: str, hoist: bool,
         options.setdefault("time_limit_s", AUTO_FALLBACK_TIME_LIMIT_S)
     lower, culprit = min_budget_bytes(graph)
     result = None
+    over = 0
     if budget_bytes >= lower:
-        result = solve(graph, budget_bytes, method=method, **options)
-        if result.schedule is not None:
+        # the step holds a weight gradient until the last statement reading its weights (executed_peak_bytes):
+        # a plan over the budget with that counted is solved again on a budget lowered by the excess
+        target = budget_bytes
+        for _ in range(4):
+            result = solve(graph, target, method=method, **options)
+            if result.schedule is None:
+                break
             plan = make_plan(graph, result.schedule, hoist=hoist)
-            log.info("plan for %s: %s, predicted peak %s of budget %s", graph.name, plan,
-                     format_bytes(result.peak_memory_bytes), format_bytes(budget_bytes))
-            return result, plan
-        lower = max(lower, int(result.stats.get("min_budget_bytes", 0) or 0))
+            peak = executed_peak_bytes(eg, plan)
+            result.stats["executed_peak_bytes"] = peak
+            if peak <= budget_bytes:
+                log.info("plan for %s: %s, predicted peak %s of budget %s", graph.name, plan,
+                         format_bytes(peak), format_bytes(budget_bytes))
+                return result, plan
+            over = peak - budget_bytes
+            target -= over
+            if target < lower:
+                break
+        if over:
+            # not a proven bound: the budget at which the last plan found would have fitted
+            lower = max(lower, budget_bytes + over)
+        else:
+            lower = max(lower, int(result.stats.get("min_budget_bytes", 0) or 0))
     layer = culprit[len("grad/"):] if culprit.startswith("grad/") else culprit
     status = result.status.value if result is not None else "infeasible"
     detail = f" ({result.message})" if result is not None and result.message else ""
+    if over:
+        status, detail = "over budget", (f" (the best plan found needs {format_bytes(budget_bytes + over)} with the "
+                                         "weight gradients the step holds until their weights' last read)")
     raise BudgetInfeasibleError(
         f"method {method!r} found no plan for model {eg.model.name!r} within `budget` {format_bytes(budget_bytes)} "
         f"({budget_fraction(graph, budget_bytes):.3f} of activation memory): {status}{detail}. The smallest "

@@ -27,9 +27,10 @@ the plan.
   execution, a layer that traces differently) the forward really re-runs: the
   graph counts that in the backward node's workspace and
   :attr:`RunInfo.forward_reruns` counts it.
-* Weight gradients are taken from a backward node's first computation only and
+* Weight gradients are taken from a backward node's last computation only and
   summed over the calls of a shared layer, in the order of
-  ``model.trainable_variables``.
+  ``model.trainable_variables``; each variable is updated right after the
+  last statement that reads it (:func:`order_writes_after_reads`).
 """
 
 from __future__ import annotations
@@ -40,9 +41,10 @@ from typing import Any, Callable
 from remat_core import ExecutionPlan
 from remat_core.plan import Compute
 
-from .graph import ExtractedGraph
+from .graph import ExtractedGraph, _nbytes
 
-__all__ = ["run_plan", "RunInfo", "StepResult", "step_barrier", "order_writes_after_reads", "apply_updates"]
+__all__ = ["run_plan", "RunInfo", "StepResult", "step_barrier", "order_writes_after_reads", "apply_updates",
+           "executed_peak_bytes"]
 
 
 @dataclass
@@ -54,6 +56,8 @@ class RunInfo:
     rerun_calls: list = field(default_factory=list)
     # graph mode: the operations each Compute statement created, in plan order
     statement_ops: list = field(default_factory=list)
+    # write op name -> the last plan statement it waits for (set by order_writes_after_reads)
+    write_statements: dict = field(default_factory=dict)
 
     def executed_cost(self, graph) -> float:
         """Cost of the nodes the step ran, the layers re-run by backward nodes included."""
@@ -135,6 +139,10 @@ def _reuse_old_forward(new_ops: list, old_ops: list, grad_ops: list) -> bool:
     return True
 
 
+# producers outside a node whose outputs are weights or constants, not activations
+_WEIGHT_OPS = {"ReadVariableOp", "Const", "VarHandleOp"}
+
+
 def _detach_sources(ops: list, prev_ops: set) -> None:
     """Drop the plan-order control inputs of ``ops`` that read no tensor (weight reads, constants).
 
@@ -157,6 +165,23 @@ def _detach_sources(ops: list, prev_ops: set) -> None:
         op._remove_all_control_inputs()
         if keep:
             op._add_control_inputs(keep)
+    # ``tf.control_dependencies`` gives no control input to an op that reads an op made in the same block (it
+    # counts as ordered through it); when that op is a detached weight read or constant, the op (a BatchNorm's
+    # moments reading an earlier node's output and a constant axis) could run before the previous node and
+    # allocate early (measured: recomputed BatchNorm products alive 250 statements early on ResNet50). Every
+    # op that reads an activation and is not ordered through another such op of this node waits for ``prev``.
+    inside = {op.name for op in ops}
+    weight_only: set = set()
+    for op in ops:
+        srcs = [t.op for t in op.inputs if t.dtype != tf.resource]
+        if all(p.name in weight_only or (p.name not in inside and p.type in _WEIGHT_OPS) for p in srcs):
+            weight_only.add(op.name)
+            continue
+        if any(p.name in inside and p.name not in weight_only for p in srcs):
+            continue  # ordered through an activation op of this node
+        need = [c for c in prev_ops if c not in srcs and c not in op.control_inputs]
+        if need:
+            op._add_control_inputs(need)
 
 
 def _forward(eg: ExtractedGraph, c: int, xs: list, state: list):
@@ -294,7 +319,10 @@ def run_plan(eg: ExtractedGraph, plan: ExecutionPlan, inputs: list, targets: lis
             return inputs[ref[1]]
         return regs[dep_reg[ref[1]]].outs[ref[2]]
 
-    for s in plan.statements:
+    # a backward node's weight gradients are taken from its last computation: the update right after it can
+    # then free them (a recomputation after the first would read the weights and keep them waiting)
+    last_compute = {s.node: i for i, s in enumerate(plan.statements) if isinstance(s, Compute)}
+    for si, s in enumerate(plan.statements):
         if not isinstance(s, Compute):
             regs.pop(s.register, None)
             continue
@@ -374,7 +402,7 @@ def run_plan(eg: ExtractedGraph, plan: ExecutionPlan, inputs: list, targets: lis
                     info.rerun_calls.append(c)
                 regs[s.register] = {(call.inputs[i][1], call.inputs[i][2]): g
                                     for i, g in zip(call.grad_inputs, in_grads)}
-                if first:
+                if si == last_compute[k]:
                     for v, g in zip(call.variables, w_grads):
                         acc[v] = g if acc[v] is None else acc[v] + g
                     fixed_out = list(w_grads)
@@ -479,6 +507,7 @@ def order_writes_after_reads(r: StepResult, write_ops: list) -> int:
                     last = max(last, where[p.name])
                 elif p.name in in_write:
                     stack.append(p)
+        r.info.write_statements[op.name] = last
         if last >= 0 and last + 1 < len(r.info.statement_ops):
             gates.setdefault(last + 1, []).append(op)
     for i, ws in gates.items():
@@ -509,3 +538,34 @@ def apply_updates(updates: list) -> None:
     """Assign the collected non-trainable variable updates (once per step)."""
     for v, val in updates:
         v.assign(val)
+
+
+def executed_peak_bytes(eg: ExtractedGraph, plan: ExecutionPlan) -> int:
+    """The simulator's peak of ``plan`` plus the weight gradients the training step must hold longer.
+
+    The step updates a variable (and frees its gradient) right after the
+    last statement that reads it (:func:`order_writes_after_reads`). The
+    graph counts a weight gradient only while its backward node runs; when
+    the plan recomputes a forward node (or a backward node of another call
+    of a shared layer) that reads the same weights after that, the gradient
+    stays until then. This adds those gradients to every compute statement
+    in between, on top of :func:`remat_core.plan.replay`'s memory.
+    """
+    import numpy as np
+
+    from remat_core.plan import replay
+
+    steps = replay(eg.graph, plan).step_memory_bytes.astype(np.int64).copy()
+    computes = [s.node for s in plan.statements if isinstance(s, Compute)]
+    reads: dict[int, list] = {}
+    for i, k in enumerate(computes):
+        kind, c = eg.kind(k)
+        if kind != "loss":
+            reads.setdefault(c, []).append((i, kind))
+    for v, var in enumerate(eg.variables):
+        calls = [c for c, call in enumerate(eg.calls) if v in call.variables]
+        grad_at = max((i for c in calls for i, kind in reads.get(c, []) if kind == "backward"), default=-1)
+        last_read = max((i for c in calls for i, _ in reads.get(c, [])), default=-1)
+        if 0 <= grad_at < last_read:
+            steps[grad_at + 1:last_read + 1] += _nbytes(var.shape, var.dtype)
+    return int(steps.max()) if steps.size else int(eg.graph.fixed_bytes)

@@ -111,12 +111,15 @@ def _plan_at(eg, budget):
     opts = {"time_limit_s": 10}
     if budget != "smallest":
         return remat_tf.RematModel.from_extracted(eg, budget=budget, method="auto", solver_options=opts)
-    try:  # the lower bound first; where no plan reaches it, auto reports the smallest peak it reached
-        return remat_tf.RematModel.from_extracted(eg, budget=min_budget_bytes(eg.graph)[0], method="auto",
-                                                  solver_options=opts)
-    except remat_tf.BudgetInfeasibleError as exc:
-        return remat_tf.RematModel.from_extracted(eg, budget=int(exc.min_budget_bytes), method="auto",
-                                                  solver_options=opts)
+    # the lower bound first; where no plan reaches it, auto reports the smallest peak it reached (or the budget
+    # its plan needs with the weight gradients the step holds counted): try that
+    budget = min_budget_bytes(eg.graph)[0]
+    for _ in range(3):
+        try:
+            return remat_tf.RematModel.from_extracted(eg, budget=budget, method="auto", solver_options=opts)
+        except remat_tf.BudgetInfeasibleError as exc:
+            budget = max(int(exc.min_budget_bytes), budget + 1)
+    return remat_tf.RematModel.from_extracted(eg, budget=budget, method="auto", solver_options=opts)
 
 
 def efficientnet(size):
