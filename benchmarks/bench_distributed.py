@@ -75,6 +75,46 @@ def run(size: dict, timeout_s: float) -> dict:
     return {"records": recs, "wall_s": time.perf_counter() - t0}
 
 
+STEP_TIME = r"""
+import json, os, sys, time
+sys.path[:0] = [sys.argv[1], os.path.join(sys.argv[1], "tests", "torch")]
+import torch, torch.distributed as dist
+torch.set_num_threads(1)
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+import dist_worker as W
+from remat_torch import rematerialize
+from remat_torch.distributed import fully_shard_blocks
+mods = {}
+for g in (None, 1):
+    torch.manual_seed(0)
+    m = W.TinyLM()
+    ids, labels = W._batch(0, 0)
+    rm = rematerialize(m, (ids, labels), budget=0.5, method="dtr", granularity="module", cost_model="flops")
+    mods[g] = fully_shard_blocks(rm, m.blocks, gathered=g)
+    mods[g](ids, labels).backward()
+t = {None: [], 1: []}
+for rep in range(int(sys.argv[2])):
+    for g in (None, 1):  # interleaved
+        c0 = time.process_time()
+        mods[g](ids, labels).backward()
+        t[g].append(time.process_time() - c0)
+dist.destroy_process_group()
+print(json.dumps({"all": t[None], "on_use": t[1]}))
+"""
+
+
+def step_cpu_time(size: dict, repeats: int, timeout_s: float) -> dict:
+    """CPU seconds of a training step on one gloo rank: every block gathered for the step against
+    ``gathered=1`` (the dispatch mode over the plan's operators), interleaved; one thread."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
+               **{f"REMAT_DIST_{k}": str(v) for k, v in size.items()})
+    out = subprocess.run([sys.executable, "-c", STEP_TIME, os.path.join(HERE, ".."), str(repeats)], env=env,
+                         capture_output=True, text=True, timeout=timeout_s)
+    if out.returncode != 0:
+        raise SystemExit(out.stderr[-4000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the tiny size only")
@@ -99,8 +139,12 @@ def main():
                 predicted = peak + overhead
                 rows.append([name, strategy, rec["rank"], method, budget, peak, overhead, predicted, measured,
                              round(measured / predicted, 3), budget + overhead, f"{max(rec['diffs']):.1e}"])
+    size_t = sizes[-1]
+    times = step_cpu_time(SIZES[size_t], 6, args.timeout)
+    med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+    load = os.getloadavg()[0]
     _report.save_json("distributed", {"machine": _report.machine_line(), "sizes": {s: SIZES[s] for s in sizes},
-                                      "results": raw})
+                                      "results": raw, "step_cpu_s": times})
     size_txt = "; ".join(f"{s}: d={v['D']}, {v['LAYERS']} layers, sequence {v['SEQ']}, batch {v['BATCH']} per rank"
                          for s, v in SIZES.items() if s in sizes)
     md = "\n\n".join([
@@ -122,6 +166,9 @@ def main():
         "overhead is less by the blocks not held (negative when they outweigh the shards and buffers). "
         "fsdp-compiled: the compiled plan's bytes are above the level before the step, so its overhead column "
         "also holds what was resident and the gathered parameters. "
+        f"Step time of `gathered=1` (size {size_t}, one gloo rank, one thread, 6 steps interleaved with every block "
+        f"gathered, load {load:.0f}): median {med['on_use']:.3f} CPU s per step against {med['all']:.3f} "
+        f"({med['on_use'] / med['all']:.2f}x): every operator of the plan goes through a Python dispatch mode. "
         "No GPU was available: no NCCL or CUDA numbers are measured yet.",
     ])
     _report.write_section("distributed", md)
