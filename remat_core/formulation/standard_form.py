@@ -38,7 +38,7 @@ class StandardForm:
         Constant cost of the computations fixed by the frontier (``R[t, t]``).
     formulation : str
         ``"paper"`` or ``"strong"``; ``"window"`` for the windowed search's
-        program (:mod:`remat_core.solvers.lns`), whose layout covers only the
+        program (``remat_core.solvers.lns``), whose layout covers only the
         stages of its window (:meth:`decode` and :meth:`encode` do not apply).
     budget_bytes : int
     memory_unit : float
