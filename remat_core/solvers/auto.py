@@ -85,7 +85,7 @@ _BOUND_SHARE = 0.15
 #: Default ``stop_gap`` of :func:`solve_auto`: once :data:`DEFAULT_PATIENCE_S` have passed, the search stops at a
 #: schedule within this share of its lower bound (the most that searching longer could still save); further
 #: from its bound, the search uses the whole time limit (issue 37: a longer limit must be able to pay). The
-#: adapters that plan while training waits pass their own (remat_torch: 5% after 2 s).
+#: adapters that plan while training waits pass their own (remat_torch: 5%, with its own patience).
 DEFAULT_STOP_GAP = 0.01
 #: Default ``patience_s`` of :func:`solve_auto` (seconds): the search never stops on ``stop_gap`` before this.
 DEFAULT_PATIENCE_S = 8.0
