@@ -11,6 +11,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[all]'
+	$(PY) -c 'from remat_core.solvers.auto import warm_kernels; warm_kernels()'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -245,6 +245,15 @@ def _warm_dtr() -> None:
     dtr_run(g, budget, "h_dtr_eq", 0, 10.0)
 
 
+def warm_kernels() -> None:
+    """Load (and on a fresh install compile) the simulator's and DTR's kernels now, not inside the first
+    timed call: numba compiles a kernel into its on-disk cache at its first use, several seconds that a
+    first ``auto`` call with a short ``time_limit_s`` would spend past its limit. ``make`` runs this once
+    after installing."""
+    _warm_simulator()
+    _warm_dtr()
+
+
 def _dtr_within(best: _Best, graph: Graph, budget_bytes: int, left: Any, name: str,
                 **options: Any) -> RematResult | None:
     """One DTR run that cannot outlast the time left: its computation cap is set from the time a computation
