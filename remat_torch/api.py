@@ -999,10 +999,19 @@ def clear_graph_cache(model=None) -> None:
         _GRAPHS.pop(model, None)
 
 
+#: A plan above op granularity that recomputes at a budget of at least this fraction of its graph's
+#: checkpoint-all peak is replaced by the op-level plan without recomputation where that one fits: a node's
+#: grouping (its outputs held together) is what put the no-recomputation plan over such a budget.
+_NO_REMAT_WINDOW = 0.95
+
+
 def _no_remat_at_op_level(eg: ExtractedGraph, model, args, kwargs, result: RematResult, budget_bytes: int,
                           hoist: bool):
     """For a plan above op granularity that recomputes nothing: the same trace at op level without
-    recomputation, where it peaks lower, as ``(graph, result)``; else the pair given.
+    recomputation, where it peaks lower, as ``(graph, result)``; else the pair given. For one that recomputes
+    at a budget within :data:`_NO_REMAT_WINDOW` of its checkpoint-all peak (at any granularity the caller
+    chose): the op-level plan without recomputation where it fits the budget (a budget between eager's peak
+    and the module-level model's then gets a plan that recomputes nothing and measures at most eager's).
 
     A node of several ops keeps its inputs until its last op has run and
     holds all its outputs as long as any is needed, where eager PyTorch frees
@@ -1017,8 +1026,13 @@ def _no_remat_at_op_level(eg: ExtractedGraph, model, args, kwargs, result: Remat
 
     from .extract import regroup
 
+    from remat_core import checkpoint_all_peak_bytes
+
     if (eg.granularity == "op" or eg.trace is None or getattr(result, "host_plan", None) is not None
-            or result.schedule is None or int(result.schedule.compute_counts().max()) > 1):
+            or result.schedule is None):
+        return eg, result
+    recomputes = int(result.schedule.compute_counts().max()) > 1
+    if recomputes and budget_bytes < _NO_REMAT_WINDOW * checkpoint_all_peak_bytes(eg.graph):
         return eg, result
     op_eg = regroup(eg, model, CallSpec.from_call(args, kwargs)[1], "op")
     op_result = solve(op_eg.graph, budget_bytes, method="checkpoint-all")
@@ -1026,11 +1040,12 @@ def _no_remat_at_op_level(eg: ExtractedGraph, model, args, kwargs, result: Remat
         return eg, result
     peaks = [replay(g.graph, make_plan(g.graph, r.schedule, hoist=hoist)).peak_memory_bytes
              for g, r in ((eg, result), (op_eg, op_result))]
-    if peaks[1] >= peaks[0]:
+    if peaks[1] >= peaks[0] and not recomputes:
         return eg, result
-    log.info("the %s-level plan recomputes nothing: planned at op level instead, where each value is freed after "
-             "its own last use (predicted peak %s instead of %s)", eg.granularity, format_bytes(peaks[1]),
-             format_bytes(peaks[0]))
+    log.info("the %s-level plan %s: planned at op level without recomputation instead, where each value is freed "
+             "after its own last use (predicted peak %s instead of %s)", eg.granularity,
+             "recomputes to fit a budget the op-level graph fits without" if recomputes else "recomputes nothing",
+             format_bytes(peaks[1]), format_bytes(peaks[0]))
     meta = op_eg.graph.meta
     meta["no_remat_from"] = {"granularity": eg.granularity, "predicted_peak_bytes": int(peaks[0])}
     if "granularity_auto" in eg.graph.meta:
@@ -1141,7 +1156,9 @@ def _build(model, args, kwargs, s: _Settings, loaded: dict, require_loaded: bool
             result, budget_bytes = _rescue(eg, budget_bytes, result, s)
         if not result.success:
             raise _infeasible(eg, budget_bytes, result, s)
-        if s.granularity == "auto":   # a granularity the caller chose is kept
+        if s.granularity == "auto" or (s.method == "auto" and result.schedule is not None
+                                       and int(result.schedule.compute_counts().max()) > 1):
+            # a granularity the caller chose is kept, unless auto recomputes there for what its grouping costs
             eg, result = _no_remat_at_op_level(eg, model, args, kwargs, result, budget_bytes, s.hoist)
         hoist = s.hoist
     plan = make_plan(eg.graph, _planned(result), hoist=hoist)
