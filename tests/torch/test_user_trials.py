@@ -1,0 +1,83 @@
+"""What a user hit trying remat on inputs the other tests do not use (engineer T's trials).
+
+Bugs still open are strict xfails: they start passing, and must be unmarked, when fixed.
+"""
+
+import copy
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from remat_torch import rematerialize  # noqa: E402
+from remat_torch.meter import AllocatorMeter  # noqa: E402
+
+N = 1 << 16  # float32 elements: 256 KiB
+
+
+@pytest.mark.xfail(strict=True, reason="an AllocatorMeter that ran inside another leaves the outer one reading 0 "
+                                       "bytes (its profiler's events are lost); /tmp/notes/T-bugs.md")
+def test_an_outer_meter_still_measures_after_a_nested_one():
+    x = torch.ones(N)
+    with AllocatorMeter() as outer:
+        y = x.exp()                       # 256 KiB
+        with AllocatorMeter() as inner:
+            z = x.sin()                   # 256 KiB more
+        del y, z
+    assert inner.peak_bytes == 4 * N
+    assert outer.peak_bytes >= 8 * N      # got 0
+
+
+@pytest.mark.xfail(strict=True, reason="a user's meter around a step that plans a new kind of call (a smaller "
+                                       "batch) reads 0 bytes: planning runs its own meter inside; "
+                                       "/tmp/notes/T-bugs.md")
+def test_a_meter_around_a_step_that_plans_a_new_batch_shape_measures_it():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh()) for _ in range(4)])
+    rm = rematerialize(model, torch.randn(512, 64), budget=0.8, time_limit_s=5)
+    with AllocatorMeter() as known:
+        rm(torch.randn(512, 64)).sum().backward()
+    with AllocatorMeter() as new:
+        rm(torch.randn(256, 64)).sum().backward()   # first sight of batch 256: traced and planned here
+    assert known.peak_bytes > 0
+    assert new.peak_bytes > 0                        # got 0
+
+
+@pytest.mark.slow
+def test_mistral_trains_like_eager_with_adamw_a_second_shape_and_a_frozen_layer():
+    """A Hugging Face model no other test uses: loss and gradients equal eager's at every step (float64)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.MistralConfig(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=2,
+                                     num_key_value_heads=1, vocab_size=64, max_position_embeddings=64,
+                                     attention_dropout=0.0, sliding_window=None)
+    model = transformers.MistralForCausalLM(cfg).double()
+    ids = torch.randint(0, 64, (4, 16))
+    batch = {"input_ids": ids, "labels": ids}
+    small = {k: v[:3, :12].contiguous() for k, v in batch.items()}
+    ref = copy.deepcopy(model)
+    rm = rematerialize(model, example_kwargs=batch, budget=0.6, time_limit_s=10)
+    o1, o2 = torch.optim.AdamW(ref.parameters(), lr=1e-2), torch.optim.AdamW(rm.parameters(), lr=1e-2)
+    for step, b in enumerate([batch, batch, small, "freeze", batch, "unfreeze", batch]):
+        if isinstance(b, str):
+            for m in (ref, model):
+                m.model.embed_tokens.weight.requires_grad_(b == "unfreeze")
+            continue
+        o1.zero_grad()
+        o2.zero_grad()
+        l1 = ref(**b).loss
+        l1.backward()
+        l2 = rm(**b).loss
+        l2.backward()
+        torch.testing.assert_close(l2, l1, rtol=1e-10, atol=1e-12)
+        for (name, p1), p2 in zip(ref.named_parameters(), model.parameters()):
+            assert (p1.grad is None) == (p2.grad is None), (step, name)
+            if p1.grad is not None:
+                torch.testing.assert_close(p2.grad, p1.grad, rtol=1e-8, atol=1e-10)
+        o1.step()
+        o2.step()
+        assert rm.last_peak_bytes <= rm.predicted_peak_bytes
+    for p1, p2 in zip(ref.parameters(), model.parameters()):
+        torch.testing.assert_close(p2, p1, rtol=1e-10, atol=1e-12)
