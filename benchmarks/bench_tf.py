@@ -437,6 +437,37 @@ def scope_markdown(rows: list, cfg: dict) -> list:
     ]
 
 
+def peaks_only(name, size, batch, time_limit_s, device) -> list:
+    """Measured and predicted step peaks of plain fit and of remat_tf at 1.0 and :data:`LEVELS` (no timing, no
+    RematScope): the quick check of issue 35's first goal, a plan never above plain ``fit``."""
+    import keras
+
+    import remat_tf
+    from remat_core.units import budget_fraction
+
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    xb, yb = _batch_data(name, size, batch, 1)
+    plain = build_app(name, size)
+    plain.compile(optimizer=keras.optimizers.SGD(0.01), loss=loss, jit_compile=False)
+    out = [[name, "plain fit", "", f"{_train_peak(plain, xb, yb, device) / MIB:.2f}", "", "", ""]]
+    eg = remat_tf.extract_graph(build_app(name, size), xb, yb, loss)
+    resident = eg.graph.meta["weight_bytes"] + eg.graph.meta["batch_bytes"]
+    for level in (1.0, *LEVELS):
+        try:
+            rm = (remat_tf.RematModel.from_extracted(eg, budget=1.0, method="checkpoint-all") if level == 1.0
+                  else _ours_at(eg, level, time_limit_s))
+        except remat_tf.BudgetInfeasibleError as exc:
+            out.append([name, f"remat_tf @{level}", "", str(exc)[:120], "", "", ""])
+            continue
+        rm.compile(optimizer=keras.optimizers.SGD(0.01))
+        peak, predicted = _train_peak(rm, xb, yb, device), rm.predicted_peak_bytes - resident
+        out.append([name, f"remat_tf @{level}", f"{budget_fraction(eg.graph, rm.budget_bytes):.3f}",
+                    f"{peak / MIB:.2f}", f"{predicted / MIB:.2f}", f"{peak / predicted:.3f}",
+                    int(rm.plan.compute_counts().sum() - eg.graph.n)])
+        print("  ", out[-1], file=sys.stderr, flush=True)
+    return out
+
+
 def parse_args():
     import argparse
 
@@ -450,6 +481,8 @@ def parse_args():
     ap.add_argument("--time-limit", type=float, default=20.0, help="part c: auto's time_limit_s per plan")
     ap.add_argument("--report-only", action="store_true",
                     help="part c: rewrite the README section and plot from results/tf_rematscope.json (no run)")
+    ap.add_argument("--peaks-only", action="store_true",
+                    help="part c: only the measured/predicted peaks of plain fit and remat_tf (printed, README untouched)")
     ap.add_argument("--eager-models", default="mobilenetv2,transformer",
                     help="part c: models on which RematScope's modes are also tried with run_eagerly=True (slow)")
     return ap.parse_args()
@@ -537,6 +570,13 @@ def main() -> None:
         unknown = sorted(set(models) - set(MODELS))
         if unknown:
             raise SystemExit(f"--models: unknown {unknown}; choose from {','.join(MODELS)}")
+        if args.peaks_only:
+            table = []
+            for name in models:
+                table += peaks_only(name, scope_cfg["size"], scope_cfg["batch"], scope_cfg["time_limit_s"], device)
+            print(_report.table(["model", "variant", "budget (fraction)", "measured peak MiB", "predicted MiB",
+                                 "measured / predicted", "recomputed"], table))
+            return
         rows = []
         for name in models:
             rows += versus_scope(name, scope_cfg["size"], scope_cfg["batch"], scope_cfg["steps"],

@@ -35,6 +35,7 @@ the plan.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -42,6 +43,8 @@ from remat_core import ExecutionPlan
 from remat_core.plan import Compute
 
 from .graph import ExtractedGraph, _nbytes
+
+log = logging.getLogger(__name__)
 
 __all__ = ["run_plan", "RunInfo", "StepResult", "step_barrier", "order_writes_after_reads", "apply_updates",
            "executed_peak_bytes"]
@@ -482,6 +485,13 @@ def order_writes_after_reads(r: StepResult, write_ops: list) -> int:
             for t in res:
                 holders.setdefault(t.name, []).extend(readers)
     in_write = {op.name for op in write_ops}
+    # the writes' own ops per variable: a read of an optimizer slot is ordered after the slot's update only by
+    # the automatic control dependencies tf.function adds later, so the walk below follows them itself
+    by_resource: dict[str, list] = {}
+    for op in write_ops:
+        for t in op.inputs:
+            if t.dtype == tf.resource:
+                by_resource.setdefault(t.name, []).append(op)
     added = 0
     gates: dict[int, list] = {}
     for op in write_ops:
@@ -499,7 +509,8 @@ def order_writes_after_reads(r: StepResult, write_ops: list) -> int:
         stack, seen = [op], set()
         while stack:
             cur = stack.pop()
-            for p in [t.op for t in cur.inputs] + list(cur.control_inputs):
+            same = [q for t in cur.inputs if t.dtype == tf.resource for q in by_resource.get(t.name, [])]
+            for p in [t.op for t in cur.inputs] + list(cur.control_inputs) + same:
                 if p.name in seen:
                     continue
                 seen.add(p.name)
@@ -510,12 +521,64 @@ def order_writes_after_reads(r: StepResult, write_ops: list) -> int:
         r.info.write_statements[op.name] = last
         if last >= 0 and last + 1 < len(r.info.statement_ops):
             gates.setdefault(last + 1, []).append(op)
+    gated = []
     for i, ws in gates.items():
         for op in r.info.statement_ops[i]:
             if op.control_inputs:
-                op._add_control_inputs([w for w in ws if w not in op.control_inputs])
-                added += len(ws)
+                new = [w for w in ws if w not in op.control_inputs]
+                op._add_control_inputs(new)
+                gated.append((op, new))
+                added += len(new)
+    all_ops = [op for ops in r.info.statement_ops for op in ops] + list(write_ops)
+    if gated and _has_cycle(all_ops):
+        # a dependency this walk did not foresee: keep the writes after the reads, drop the early updates
+        log.warning("remat_tf: updating weights inside the step would make a cycle; they run at its end")
+        for op, new in gated:
+            keep = [c for c in op.control_inputs if c not in new]
+            op._remove_all_control_inputs()
+            if keep:
+                op._add_control_inputs(keep)
+        added -= sum(len(new) for _, new in gated)
     return added
+
+
+def _has_cycle(ops: list) -> bool:
+    """Whether ``ops`` depend on each other in a cycle, counting data and control inputs and, per variable,
+    the program order that ``tf.function``'s automatic control dependencies will add."""
+    import tensorflow as tf
+
+    order = {op.name: i for i, op in enumerate(ops)}
+    previous_on: dict[str, Any] = {}
+    extra: dict[str, list] = {}
+    for op in ops:
+        for t in op.inputs:
+            if t.dtype == tf.resource:
+                if t.name in previous_on:
+                    extra.setdefault(op.name, []).append(previous_on[t.name])
+                previous_on[t.name] = op
+    state: dict[str, int] = {}
+    for root in ops:
+        if root.name in state:
+            continue
+        stack = [(root, iter([t.op for t in root.inputs] + list(root.control_inputs) + extra.get(root.name, [])))]
+        state[root.name] = 1
+        while stack:
+            op, it = stack[-1]
+            for p in it:
+                if p.name not in order:
+                    continue
+                st = state.get(p.name)
+                if st == 1:
+                    return True
+                if st is None:
+                    state[p.name] = 1
+                    stack.append((p, iter([t.op for t in p.inputs] + list(p.control_inputs)
+                                          + extra.get(p.name, []))))
+                    break
+            else:
+                state[op.name] = 2
+                stack.pop()
+    return False
 
 
 def step_barrier(r: StepResult) -> list:
