@@ -81,3 +81,27 @@ def test_mistral_trains_like_eager_with_adamw_a_second_shape_and_a_frozen_layer(
         assert rm.last_peak_bytes <= rm.predicted_peak_bytes
     for p1, p2 in zip(ref.parameters(), model.parameters()):
         torch.testing.assert_close(p2, p1, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="with Inductor, after the compile-time check rejects a plan (measured 309 KiB, "
+                                       "generated-code replay 262 KiB), CompiledBudgetError quotes the scaled "
+                                       "internal budget (0.578) as the user's 0.98; /tmp/notes/T-bugs.md")
+def test_compiled_backend_on_mistral_keeps_the_users_budget():
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    transformers = pytest.importorskip("transformers")
+    import remat_torch
+    from remat_torch.compiled import CompiledBudgetError
+
+    torch.manual_seed(0)
+    cfg = transformers.MistralConfig(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=2,
+                                     num_key_value_heads=1, vocab_size=64, max_position_embeddings=64,
+                                     attention_dropout=0.0, sliding_window=None)
+    model = transformers.MistralForCausalLM(cfg)
+    ids = torch.randint(0, 64, (4, 16))
+    step = torch.compile(model, backend=remat_torch.backend(budget=0.98))
+    try:
+        step(input_ids=ids, labels=ids).loss.backward()
+    except Exception as exc:   # Dynamo wraps the CompiledBudgetError in BackendCompilerFailed
+        assert CompiledBudgetError.__name__ in str(exc), repr(exc)
+        assert "0.980 of activation memory" in str(exc), str(exc)   # got "0.578 of activation memory"
