@@ -71,6 +71,12 @@ def _native_stderr_silenced() -> Iterator[None]:
         yield
 
 
+#: the AllocatorMeters active now, innermost last. torch's profiler records for one session at a time: a
+#: meter opened inside another (a RematModule planning a new kind of call measures workspaces with its own
+#: meters) used to end the outer one's recording, which then read 0 bytes.
+_ACTIVE: list = []
+
+
 class AllocatorMeter:
     """Context manager measuring the peak CPU bytes allocated while it is active.
 
@@ -97,20 +103,39 @@ class AllocatorMeter:
         self.n_frees = 0
         self.peak_ops: tuple = ()
         self._prof = None
+        self._segments: list = []   # (profiler kept alive for its events, allocation events), in time order
 
     def __enter__(self) -> "AllocatorMeter":
+        if _ACTIVE:   # one profiler at a time: the enclosing meter's stops here and starts again at our exit
+            _ACTIVE[-1]._stop()
+        self._segments = []
+        self._start()
+        _ACTIVE.append(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _ACTIVE.remove(self)
+        self._stop(*exc)
+        events = [e for _, seg in self._segments for e in seg]
+        self._account(events)
+        if _ACTIVE:   # the enclosing meter sees what happened inside this one, then records again
+            outer = _ACTIVE[-1]
+            outer._segments.append((self._segments, events))
+            outer._start()
+        self._segments = []
+
+    def _start(self) -> None:
         from torch.profiler import ProfilerActivity, profile
 
         self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
         with _native_stderr_silenced():
             self._prof.__enter__()
-        return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def _stop(self, *exc: Any) -> None:
         prof, self._prof = self._prof, None
         with _native_stderr_silenced():
-            prof.__exit__(*exc)
-        self._account(_cpu_allocations(prof.profiler.kineto_results.experimental_event_tree()))
+            prof.__exit__(*(exc or (None, None, None)))
+        self._segments.append((prof, _cpu_allocations(prof.profiler.kineto_results.experimental_event_tree())))
 
     def _account(self, allocations: list) -> None:
         """Running sum over the allocator's events, counting only frees of blocks allocated inside."""
