@@ -1161,6 +1161,14 @@ def _build(model, args, kwargs, s: _Settings, loaded: dict, require_loaded: bool
             # a granularity the caller chose is kept, unless auto recomputes there for what its grouping costs
             eg, result = _no_remat_at_op_level(eg, model, args, kwargs, result, budget_bytes, s.hoist)
         hoist = s.hoist
+    if entry is not None and s.budget is not None:   # a budget given beside `plan` still holds
+        wanted = _resolve_budget(eg.graph, s.budget)
+        if result.peak_memory_bytes > wanted:
+            raise RematError(
+                f"`plan`: the saved plan for {_describe(eg)} peaks at {format_bytes(result.peak_memory_bytes)} "
+                f"(made for a budget of {format_bytes(result.budget_bytes)}), over `budget` {s.budget!r} = "
+                f"{format_bytes(wanted)}; omit `plan` to solve within this budget, or omit `budget` to use the "
+                "saved plan")
     plan = make_plan(eg.graph, _planned(result), hoist=hoist)
     log.info("plan for %s: %s, predicted peak %s, cost %s (trace %.1f s, plan %.1f s)", _describe(eg), result.method,
              format_bytes(result.peak_memory_bytes), result.objective, t1 - t0, time.perf_counter() - t1)

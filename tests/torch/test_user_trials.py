@@ -102,8 +102,6 @@ def test_compiled_backend_on_mistral_keeps_the_users_budget():
         assert "0.980 of activation memory" in str(exc), str(exc)   # got "0.578 of activation memory"
 
 
-@pytest.mark.xfail(strict=True, reason="rematerialize(plan=path, budget=0.7) runs a saved plan made at 1.0 whose "
-                                       "peak is over 0.7, silently; /tmp/notes/T-bugs.md")
 def test_an_explicit_budget_is_not_ignored_when_a_saved_plan_is_given(tmp_path):
     def mk():
         torch.manual_seed(0)
