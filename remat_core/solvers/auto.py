@@ -37,6 +37,7 @@ costs (every node is computed at least once).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any
 
@@ -429,7 +430,10 @@ def _settled_rule(best: _Best, start: float, stop_gap: float, patience_s: float)
         # at once within 0.1% (the first answer is as good as any), else after the patience within stop_gap, and
         # within STALL_GAP once nothing has improved for the patience
         now = time.perf_counter()
-        gap = best.result.objective / best.lower_bound - 1.0 - 1e-12
+        if best.lower_bound <= 0:   # a graph whose nodes cost nothing: any schedule at cost 0 is optimal
+            gap = 0.0 if best.result.objective <= 0 else math.inf
+        else:
+            gap = best.result.objective / best.lower_bound - 1.0 - 1e-12
         if gap <= min(stop_gap, _SETTLED_AT_ONCE):
             return True
         if now - start < patience_s:

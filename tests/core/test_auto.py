@@ -259,3 +259,13 @@ def test_a_large_gap_is_explained_in_the_result():
     far = auto._gap_note(0.2, "dtr", False)
     assert "20.0%" in far and "both sides" in far
     assert "MILP's proven bound" in auto._gap_note(0.2, "ilp", True)
+
+
+def test_auto_on_a_graph_whose_nodes_cost_nothing_returns_its_schedule():
+    # lower bound 0: the stopping rule divided by it (ZeroDivisionError, found by test_fuzz in a clean-clone run)
+    from remat_core.graph import Graph, Node
+    from remat_core.solvers import solve
+
+    g = Graph([Node(f"n{i}", cost=0.0, memory_bytes=1) for i in range(5)])
+    res = solve(g, 1, method="auto", time_limit_s=5)
+    assert res.success and res.objective == 0.0 and res.peak_memory_bytes <= 1
