@@ -338,9 +338,9 @@ def _solve_plan(eg: ExtractedGraph, budget_bytes: int, method: str, hoist: bool,
         target = budget_bytes
         for _ in range(4):
             result = solve(graph, target, method=method, **options)
-            if result.schedule is None:
+            if not result.success:
                 break
-            plan = make_plan(graph, result.schedule, hoist=hoist)
+            plan = make_plan(graph, result, hoist=hoist)   # its sequence where DTR recorded only the run
             peak = executed_peak_bytes(eg, plan)
             result.stats["executed_peak_bytes"] = peak
             if peak <= budget_bytes:
