@@ -431,7 +431,9 @@ def _solve_summary(graph: Graph, res) -> list[str]:
     frac = budget_fraction(graph, res.budget_bytes)
     lines = [f"graph     {graph.name or 'graph'}: {graph.n} nodes ({int(graph.is_backward.sum())} backward); "
              f"checkpoint-all peak {format_bytes(peak_all)}, of which fixed {format_bytes(graph.fixed_bytes)}",
-             f"budget    {format_bytes(res.budget_bytes)} ({frac:.2f} of activation memory)",
+             f"budget    {format_bytes(res.budget_bytes)} " + (
+                 f"({frac:.2f} of activation memory)" if res.budget_bytes >= graph.fixed_bytes else
+                 f"(below the fixed memory, {format_bytes(graph.fixed_bytes)})"),
              f"method    {res.method}{' (' + res.backend + ')' if res.backend else ''}: {res.status.value} "
              f"in {res.solve_time_s:.2f} s"]
     # a method that returns another method's schedule (ilp whose program was not built, a fallback at a deadline)
@@ -630,6 +632,11 @@ def _cmd_max_batch(args: argparse.Namespace) -> int:
             over = (f", compute {res.overhead:.2f}x the cost without recomputation (+{_pct(res.overhead - 1)})"
                     if res.overhead is not None else "")
             print(f"  peak {format_bytes(r.peak_memory_bytes)}{over}")
+        if res.batch_size == 0:   # say what the smallest batch needs, as `solve` does for an impossible budget
+            from .units import min_budget_bytes
+
+            need, culprit = min_budget_bytes(factory(1))
+            print(f"  batch size 1 needs >= {format_bytes(need)} with any schedule (node {culprit!r})")
     return 0 if res.batch_size > 0 else 1
 
 

@@ -1,4 +1,4 @@
-"""The `remat` command on inputs engineer T tried as a user (impossible budgets); open bugs are strict xfails."""
+"""The `remat` command on inputs engineer T tried as a user (impossible budgets)."""
 
 import pytest
 
@@ -11,8 +11,6 @@ def run(capsys, *argv):
     return code, out.out, out.err
 
 
-@pytest.mark.xfail(strict=True, reason="max-batch prints 'largest batch size 0' without the budget batch 1 needs "
-                                       "(only raw bytes in --json's trace); /tmp/notes/T-bugs.md")
 def test_max_batch_says_what_batch_one_needs_when_nothing_fits(capsys):
     code, out, err = run(capsys, "max-batch", "vgg16", "--budget", "1GiB", "--method", "checkpoint-all",
                          "--no-progress")
@@ -20,8 +18,6 @@ def test_max_batch_says_what_batch_one_needs_when_nothing_fits(capsys):
     assert "1.08 GiB" in out + err          # vgg16 at batch 1 needs >= 1158842688 bytes
 
 
-@pytest.mark.xfail(strict=True, reason="a byte budget below the fixed memory is shown as a negative fraction of "
-                                       "activation memory ('-17.92'); /tmp/notes/T-bugs.md")
 def test_a_budget_below_the_fixed_memory_is_not_a_negative_fraction(capsys):
     code, out, _ = run(capsys, "solve", "vgg16", "1B", "--batch-size", "1", "--method", "checkpoint-all")
     assert code == 1 and "budget    1 B" in out
