@@ -103,12 +103,14 @@ class AllocatorMeter:
         self.n_frees = 0
         self.peak_ops: tuple = ()
         self._prof = None
-        self._segments: list = []   # (profiler kept alive for its events, allocation events), in time order
+        self._segments: list = []   # lists of (bytes, address, operators) of the allocator's events, in time order
+        self._interrupted = False   # recording stopped for good by a meter inside torch.compile's backend
 
     def __enter__(self) -> "AllocatorMeter":
         if _ACTIVE:   # one profiler at a time: the enclosing meter's stops here and starts again at our exit
             _ACTIVE[-1]._stop()
         self._segments = []
+        self._interrupted = False
         self._start()
         _ACTIVE.append(self)
         return self
@@ -116,13 +118,21 @@ class AllocatorMeter:
     def __exit__(self, *exc: Any) -> None:
         _ACTIVE.remove(self)
         self._stop(*exc)
-        events = [e for _, seg in self._segments for e in seg]
+        events = [e for seg in self._segments for e in seg]
         self._account(events)
         if _ACTIVE:   # the enclosing meter sees what happened inside this one, then records again
             outer = _ACTIVE[-1]
-            outer._segments.append((self._segments, events))
-            outer._start()
+            outer._segments.append(events)
+            if _compiling():   # a session started inside torch.compile's backend corrupted the process
+                outer._interrupted = True
+            else:
+                outer._start()
         self._segments = []
+        if self._interrupted and not any(exc):
+            raise RuntimeError(
+                "AllocatorMeter: torch.compile compiled a graph inside this measurement and measured it with a "
+                "meter of its own, and the profiler cannot record on across that; its peak would be a lower "
+                "bound. Measure a step after the one that compiles")
 
     def _start(self) -> None:
         from torch.profiler import ProfilerActivity, profile
@@ -133,36 +143,59 @@ class AllocatorMeter:
 
     def _stop(self, *exc: Any) -> None:
         prof, self._prof = self._prof, None
+        if prof is None:
+            return
         with _native_stderr_silenced():
             prof.__exit__(*(exc or (None, None, None)))
-        self._segments.append((prof, _cpu_allocations(prof.profiler.kineto_results.experimental_event_tree())))
+        # copied out as plain values, and the profiler's result released now: a result left to the garbage
+        # collector (the profile object sits in a reference cycle) was destroyed at interpreter exit, after
+        # kineto's own state, and crashed there once meters had been nested inside torch.compile's backend
+        events = [(e.extra_fields.alloc_size, e.extra_fields.ptr, _op_path(e))
+                  for e in _cpu_allocations(prof.profiler.kineto_results.experimental_event_tree())]
+        prof.profiler.kineto_results = None
+        self._segments.append(events)
 
     def _account(self, allocations: list) -> None:
         """Running sum over the allocator's events, counting only frees of blocks allocated inside."""
         live = peak = 0
         at_peak = None
         sizes: dict = {}  # address -> bytes of the blocks allocated inside the measurement and still live
-        for e in allocations:
-            f = e.extra_fields
-            nbytes = f.alloc_size
+        for nbytes, ptr, ops in allocations:
             if nbytes > 0:
-                sizes[f.ptr] = nbytes
+                sizes[ptr] = nbytes
                 self.n_allocations += 1
             elif nbytes < 0:
-                if sizes.pop(f.ptr, None) is None:
+                if sizes.pop(ptr, None) is None:
                     continue  # a block from before the measurement (see the module docstring)
                 self.n_frees += 1
             live += nbytes
             if live > peak:
-                peak, at_peak = live, e
+                peak, at_peak = live, ops
         self.peak_bytes, self.net_bytes = peak, live
         if at_peak is not None:
-            ops = []
-            e = at_peak.parent
-            while e is not None:
-                ops.append(e.name)
-                e = e.parent
-            self.peak_ops = tuple(reversed(ops))
+            self.peak_ops = at_peak
+
+
+def _compiling() -> bool:
+    """Whether torch.compile is tracing or compiling a graph on this thread (its backend runs inside)."""
+    import torch
+
+    try:
+        from torch._guards import TracingContext
+
+        return TracingContext.try_get() is not None or torch.compiler.is_compiling()
+    except Exception:   # an older torch without these: assume not
+        return False
+
+
+def _op_path(e) -> tuple:
+    """The operators running when event ``e`` happened, outermost first."""
+    ops = []
+    e = e.parent
+    while e is not None:
+        ops.append(e.name)
+        e = e.parent
+    return tuple(reversed(ops))
 
 
 def _cpu_allocations(roots: list) -> list:

@@ -145,3 +145,35 @@ def test_sees_allocations_inside_compiled_code():
         cf(x)  # under a dispatch mode, dynamo runs the function eagerly
     assert "aten.sin.default" in ops.ops
     assert m.peak_bytes >= 2 * x.nbytes
+
+
+_COMPILE_UNDER_METER = r"""
+import torch, remat_torch
+from remat_torch.meter import AllocatorMeter
+torch.manual_seed(0)
+m = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
+step = torch.compile(lambda x: m(x).square().mean(), backend=remat_torch.backend(1.0, inductor=False))
+x = torch.randn(256, 32)
+try:
+    with AllocatorMeter():
+        step(x).backward()   # compiles, and the backend measures the step with meters of its own
+except RuntimeError as exc:
+    assert "Measure a step after the one that compiles" in str(exc), exc
+    print("REFUSED")
+for _ in range(2):
+    with AllocatorMeter() as meter:
+        step(x).backward()
+    assert meter.peak_bytes > 0
+print("DONE")
+"""
+
+
+def test_a_meter_around_a_compiling_step_refuses_and_the_process_exits_cleanly():
+    """A profiler session restarted inside torch.compile's backend corrupted the process (a crash at exit in
+    8 of 8 runs): a meter that a compiling step interrupts now raises, and later steps measure."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _COMPILE_UNDER_METER], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
+    assert "REFUSED" in proc.stdout and "DONE" in proc.stdout
