@@ -149,8 +149,9 @@ class AllocatorMeter:
             prof.__exit__(*(exc or (None, None, None)))
         # copied out as plain values, and the profiler's result released now: a result left to the garbage
         # collector (the profile object sits in a reference cycle) was destroyed at interpreter exit, after
-        # kineto's own state, and crashed there once meters had been nested inside torch.compile's backend
-        events = [(e.extra_fields.alloc_size, e.extra_fields.ptr, _op_path(e))
+        # kineto's own state, and crashed there once meters had been nested inside torch.compile's backend.
+        # A peak is reached at an allocation: only those keep their operators.
+        events = [(e.extra_fields.alloc_size, e.extra_fields.ptr, _op_path(e) if e.extra_fields.alloc_size > 0 else ())
                   for e in _cpu_allocations(prof.profiler.kineto_results.experimental_event_tree())]
         prof.profiler.kineto_results = None
         self._segments.append(events)
