@@ -46,8 +46,7 @@ from .graph import ExtractedGraph, _nbytes
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run_plan", "RunInfo", "StepResult", "step_barrier", "order_writes_after_reads", "apply_updates",
-           "executed_peak_bytes"]
+__all__ = ["run_plan", "RunInfo", "StepResult", "order_writes_after_reads", "apply_updates", "executed_peak_bytes"]
 
 
 @dataclass
@@ -463,10 +462,10 @@ def order_writes_after_reads(r: StepResult, write_ops: list) -> int:
     right after the statement that finishes with them, as plain ``fit`` does
     (TensorFlow's executor otherwise runs such an update when its queue
     drains, at the end of the step: measured on ResNet50, every gradient
-    alive at the end). A whole-step barrier (:func:`step_barrier`) would keep
-    every weight gradient alive to the end. Keras's ``IdentityN`` over all
-    gradients is bypassed (:func:`_bypass_identity_n`). Returns the number
-    of control edges added.
+    alive at the end). A whole-step barrier (every write after every tensor
+    the step returns) would keep every weight gradient alive to the end.
+    Keras's ``IdentityN`` over all gradients is bypassed
+    (:func:`_bypass_identity_n`). Returns the number of control edges added.
     """
     import tensorflow as tf
 
@@ -579,22 +578,6 @@ def _has_cycle(ops: list) -> bool:
                 state[op.name] = 2
                 stack.pop()
     return False
-
-
-def step_barrier(r: StepResult) -> list:
-    """Every tensor a step returns: run the weight and state updates under a control dependency on them.
-
-    TensorFlow orders a variable's write after its reads only through the
-    control edges ``tf.function`` adds, and Grappler's dependency optimizer
-    may drop those; a layer the plan recomputes late in the step (after the
-    gradient of its weights exists) could then read weights the optimizer
-    has already updated (measured: float64 MobileNetV2, a plan with 49
-    recomputations: 115 of 158 gradients wrong in the first step). The loss,
-    the gradients, the outputs and the state updates depend on every read of
-    the step that matters, so writes gated on them run strictly after.
-    """
-    ts = [r.loss, *r.grads, *(r.y_pred or []), *(val for _, val in r.updates)]
-    return [t for t in ts if t is not None and hasattr(t, "op")]
 
 
 def apply_updates(updates: list) -> None:
