@@ -99,6 +99,10 @@ _SETTLED_AT_ONCE = 0.001
 #: 0.3 sits 1.6% above its bound). Further from the bound (the tightest budgets, 20-50% above the relaxation's
 #: bound) the search goes on to the limit whatever its pace.
 STALL_GAP = 0.05
+#: The stall window (how long nothing may improve within STALL_GAP before the search ends) is at least this share
+#: of an explicit time limit: a caller who gives 300 s gets 30 s windows, so a longer limit pays at 0.5/0.6 of the
+#: peak (issue 37), while the default 60 s keeps ``patience_s`` (8 s > 6 s; issue 36's planning time).
+STALL_SHARE = 0.1
 #: Moves of the anytime loop without a time limit: every heuristic, freeing rule and budget share once.
 _UNLIMITED_MOVES = 120
 #: Window programs of the windowed-MILP search without a time limit (each with its own time cap).
@@ -421,9 +425,11 @@ def _polish(best: _Best, graph: Graph, budget_bytes: int, deadline: float | None
     best.offer(out.method, out)
 
 
-def _settled_rule(best: _Best, start: float, stop_gap: float, patience_s: float) -> Any:
+def _settled_rule(best: _Best, start: float, stop_gap: float, patience_s: float, stall_s: float | None = None) -> Any:
     """The rule that ends the search while time is left: ``patience_s`` passed and the best schedule within
-    ``stop_gap`` of the best lower bound (searching on could save at most that share)."""
+    ``stop_gap`` of the best lower bound (searching on could save at most that share), or within STALL_GAP with
+    nothing improved for ``stall_s`` (default ``patience_s``)."""
+    stall_s = patience_s if stall_s is None else stall_s
     def settled() -> bool:
         if best.result is None or best.lower_bound is None:
             return False
@@ -439,7 +445,7 @@ def _settled_rule(best: _Best, start: float, stop_gap: float, patience_s: float)
         if now - start < patience_s:
             return False
         stall = STALL_GAP if stop_gap > 0 else 0.0   # stop_gap=0: no early stop at all
-        return gap <= stop_gap or (gap <= stall and now - best.improved_at >= patience_s)
+        return gap <= stop_gap or (gap <= stall and now - best.improved_at >= stall_s)
     return settled
 
 
@@ -573,7 +579,8 @@ def solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None = 60.
         most ``1 + stop_gap`` (default 1.01) times its lower bound, the exact
         method's child included; within 0.1% it stops at once; up to
         :data:`STALL_GAP` (5%) above its bound it stops once nothing has
-        improved for ``patience_s``. Further from its bound it uses the whole
+        improved for ``patience_s`` or a tenth of ``time_limit_s``
+        (:data:`STALL_SHARE`), whichever is longer. Further from its bound it uses the whole
         limit (docs/large_graphs.rst, *When it stops*). ``stop_gap=0`` uses
         the whole limit (or stops at a proof of optimality).
 
@@ -632,7 +639,8 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
     from . import _METHODS
 
     best = _Best(graph, budget_bytes)
-    settled = _settled_rule(best, start, stop_gap, patience_s)
+    stall_s = patience_s if time_limit_s is None else max(patience_s, STALL_SHARE * float(time_limit_s))
+    settled = _settled_rule(best, start, stop_gap, patience_s, stall_s)
     sim_s = 0.0   # one simulation's time, measured on checkpoint-all (the first baseline)
     for name in BASELINES:
         if name not in _METHODS:
@@ -707,7 +715,7 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
         if gap <= stop_gap:
             return min(hard_deadline, start + patience_s)
         if gap <= STALL_GAP and stop_gap > 0:
-            return min(hard_deadline, max(start, best.improved_at) + patience_s)
+            return min(hard_deadline, max(start, best.improved_at) + stall_s)
         return hard_deadline
 
     hard_left = left if deadline is None else (lambda: deadline - time.perf_counter())  # noqa: E731

@@ -128,3 +128,40 @@ def test_bad_search_options_are_named():
         solve(g, 10**6, method="auto", stop_gap=-1)
     with pytest.raises(ValueError, match="`patience_s`"):
         solve(g, 10**6, method="auto", patience_s=float("nan"))
+
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def perf_counter(self):
+        return self.now
+
+
+@pytest.mark.parametrize("limit,stall_s", [(60.0, 8.0), (300.0, 30.0), (None, 8.0)])
+def test_the_stall_window_grows_with_an_explicit_limit(monkeypatch, limit, stall_s):
+    """1-5% above the bound, the search ends once nothing has improved for max(patience_s, limit / 10): 8 s under
+    the default 60 s (issue 36's planning time), 30 s under 300 s (issue 37: a longer limit pays). The window
+    ``solve_auto`` passes, and the rule read under a fake clock."""
+    import remat_core.solvers.auto as auto
+    from remat_core.schedule import RematResult
+    from remat_core.zoo import linear_graph
+
+    calls = []
+    real = auto._settled_rule
+    monkeypatch.setattr(auto, "_settled_rule", lambda *a: calls.append(a) or real(*a))
+    g = linear_graph(6)
+    solve(g, 8, method="auto", **({} if limit == 60.0 else {"time_limit_s": limit}))   # 60 s is the default
+    assert [c[4] for c in calls] == [stall_s]
+
+    clock = _Clock()
+    monkeypatch.setattr(auto, "time", clock)
+    best = auto._Best(g, 8)
+    rule = real(best, clock.now, auto.DEFAULT_STOP_GAP, auto.DEFAULT_PATIENCE_S, stall_s)
+    for since, settled in ((stall_s - 1.0, False), (stall_s + 1.0, True)):
+        clock.now = 2000.0 - since
+        best.offer("x", RematResult(status=SolveStatus.FEASIBLE, objective=103.0 - since / 100))   # 3% above
+        best.lower_bound = 100.0
+        clock.now = 2000.0
+        assert rule() is settled
