@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 sys.path.insert(0, os.path.dirname(__file__))
 
-from torch_cases import make_case  # noqa: E402
+from torch_cases import executor_step_sq, holder_bytes, make_case  # noqa: E402
 
 from remat_core import make_plan, replay, solve  # noqa: E402
 from remat_core.sequence import simulate_sequence  # noqa: E402
@@ -39,18 +39,29 @@ def _sequence_only_case(granularity):
     return model, inputs, eg, res
 
 
-def _step(ex, m, inputs):
-    """One step with loss sum(y**2) (tangent 2*y); gradients into ``.grad``."""
-    params = [p for _, p in m.named_parameters()]
-    buffers = [b for _, b in m.named_buffers()]
-    st = ex.begin(params, buffers, list(inputs))
-    ex.run_forward(st)
-    (out,) = ex.user_outputs(st)
-    ex.apply_buffer_updates(m, st)
-    ex.run_backward(st, [2 * out])
-    for p, gr in zip(params, ex.primal_grads(st)):
-        p.grad = gr
-    return out
+def _train_beside(step, ours, ref, inputs, after_step=None):
+    """``STEPS`` steps of SGD with momentum: ``step(i)`` runs ours (gradients into ``.grad``) and returns its
+    output, ``ref`` plain autograd on ``inputs`` from the same RNG seed. Outputs and gradients, then parameters,
+    are compared at every step; ``after_step(i)`` runs last."""
+    opt_ours = torch.optim.SGD(ours.parameters(), lr=0.05, momentum=0.9)
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
+    for i in range(STEPS):
+        torch.manual_seed(100 + i)
+        out = step(i)
+        torch.manual_seed(100 + i)
+        ref_out = ref(*inputs)
+        (ref_out * ref_out).sum().backward()
+        torch.testing.assert_close(out, ref_out, rtol=1.3e-6, atol=1e-5)
+        for (name, p1), (_, p2) in zip(ours.named_parameters(), ref.named_parameters()):
+            torch.testing.assert_close(p1.grad, p2.grad, rtol=1.3e-6, atol=1e-5, msg=f"step {i}: grad of {name}")
+        opt_ours.step()
+        opt_ref.step()
+        opt_ours.zero_grad(set_to_none=True)
+        opt_ref.zero_grad(set_to_none=True)
+        for (name, p1), (_, p2) in zip(ours.named_parameters(), ref.named_parameters()):
+            torch.testing.assert_close(p1, p2, rtol=1e-5, atol=1e-6, msg=f"step {i}: parameter {name}")
+        if after_step is not None:
+            after_step(i)
 
 
 @pytest.mark.parametrize("granularity", ["module", "op"])
@@ -64,32 +75,19 @@ def test_a_sequence_only_dtr_result_trains_like_eager(granularity, hoist):
     assert int(sim.compute_counts.sum()) > g.n   # it recomputes
     ex = Executor(eg, plan, measure=not hoist)   # unhoisted: interpreted, every storage tracked
     assert ex.predicted_peak_bytes == replay(g, plan).peak_memory_bytes <= sim.peak_memory_bytes <= res.budget_bytes
-    ours, ref = copy.deepcopy(model), copy.deepcopy(model)
-    opt_ours = torch.optim.SGD(ours.parameters(), lr=0.05, momentum=0.9)
-    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
-    for step in range(STEPS):
-        torch.manual_seed(100 + step)
-        out = _step(ex, ours, inputs)
-        torch.manual_seed(100 + step)
-        ref_out = ref(*inputs)
-        (ref_out * ref_out).sum().backward()
-        torch.testing.assert_close(out, ref_out, rtol=1.3e-6, atol=1e-5)
-        for (name, p1), (_, p2) in zip(ours.named_parameters(), ref.named_parameters()):
-            torch.testing.assert_close(p1.grad, p2.grad, rtol=1.3e-6, atol=1e-5, msg=f"step {step}: grad of {name}")
-        opt_ours.step()
-        opt_ref.step()
-        opt_ours.zero_grad(set_to_none=True)
-        opt_ref.zero_grad(set_to_none=True)
-        for (name, p1), (_, p2) in zip(ours.named_parameters(), ref.named_parameters()):
-            torch.testing.assert_close(p1, p2, rtol=1e-5, atol=1e-6, msg=f"step {step}: parameter {name}")
+    held = holder_bytes(eg)
+
+    def check_tracked(_):
         if not hoist:
             # the live storages the interpreter tracked: the sequence's own timeline, up to the bytes of the
-            # holder nodes (no ops: a gradient or a kept output sharing the storage of the node before it), which
-            # the memory model counts a second time while both are live
-            held = sum(int(g.memory_bytes[k]) for k, grp in enumerate(eg.groups) if not grp.ops and grp.outputs)
+            # holder nodes (no ops: a gradient or a kept output sharing the storage of the node before it),
+            # which the memory model counts a second time while both are live
             assert sim.peak_memory_bytes - held <= ex.peak_bytes <= sim.peak_memory_bytes
             assert (ex.step_bytes <= sim.step_memory_bytes).all()
             assert (ex.step_bytes >= sim.step_memory_bytes - held).all()
+
+    ours, ref = copy.deepcopy(model), copy.deepcopy(model)
+    _train_beside(lambda i: executor_step_sq(ex, ours, inputs), ours, ref, inputs, after_step=check_tracked)
 
 
 def test_a_sequence_only_plan_against_the_allocator():
@@ -104,7 +102,7 @@ def test_a_sequence_only_plan_against_the_allocator():
             p.grad = None
         torch.manual_seed(0)
         with AllocatorMeter() as meter:
-            _step(ex, m, inputs)
+            executor_step_sq(ex, m, inputs)
     measured = meter.peak_bytes + resident
     print(f"measured {measured} B, predicted {ex.predicted_peak_bytes} B, budget {res.budget_bytes} B")
     assert measured <= 1.05 * ex.predicted_peak_bytes
@@ -116,22 +114,12 @@ def test_rematerialize_trains_with_a_sequence_only_dtr_result():
     rm = rematerialize(ours, inputs, budget=0.6, method="dtr", granularity="module", cost_model="unit",
                        solver_options={"order": "auto", "heuristic": "h_dtr", "find_min_budget": False})
     assert rm.result.schedule is None and rm.result.sequence is not None
-    opt_ours = torch.optim.SGD(ours.parameters(), lr=0.05, momentum=0.9)
-    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
-    for step in range(STEPS):
-        torch.manual_seed(100 + step)
+    def step(_):
         out = rm(*inputs)
         (out * out).sum().backward()
-        torch.manual_seed(100 + step)
-        ref_out = ref(*inputs)
-        (ref_out * ref_out).sum().backward()
-        torch.testing.assert_close(out, ref_out, rtol=1.3e-6, atol=1e-5)
-        for (name, p1), (_, p2) in zip(ours.named_parameters(), ref.named_parameters()):
-            torch.testing.assert_close(p1.grad, p2.grad, rtol=1.3e-6, atol=1e-5, msg=f"step {step}: grad of {name}")
-        opt_ours.step()
-        opt_ref.step()
-        opt_ours.zero_grad(set_to_none=True)
-        opt_ref.zero_grad(set_to_none=True)
+        return out
+
+    _train_beside(step, ours, ref, inputs)
     assert rm.predicted_peak_bytes <= rm.result.budget_bytes
 
 

@@ -11,7 +11,8 @@ torch = pytest.importorskip("torch")
 sys.path.insert(0, os.path.dirname(__file__))
 
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
-from torch_cases import MODELS, assert_same_state, eager_step, keep_schedule, make_case  # noqa: E402
+from torch_cases import (  # noqa: E402
+    MODELS, assert_same_state, eager_step, executor_step_sq, holder_bytes, keep_schedule, make_case)
 
 from remat_core import Schedule, make_plan, simulate  # noqa: E402
 from remat_torch import Executor, extract_graph  # noqa: E402
@@ -53,7 +54,7 @@ def test_plan_matches_eager_and_simulator(name, granularity, kind):
         m = copy.deepcopy(model)
         torch.manual_seed(1)
         with OpCounter() as oc:
-            out = _step_sq(ex, m, inputs)
+            out = executor_step_sq(ex, m, inputs)
         torch.testing.assert_close(out, ref_out, rtol=1.3e-6, atol=1e-5)
         assert_same_state(m, ref)
         # the tracked bytes of live tensors: equal to the simulator without hoisting (up to the gradients that
@@ -61,10 +62,10 @@ def test_plan_matches_eager_and_simulator(name, granularity, kind):
         if hoist:
             assert ex.peak_bytes <= sim.peak_memory_bytes
         else:
-            assert sim.peak_memory_bytes - _held(eg) <= ex.peak_bytes <= sim.peak_memory_bytes
+            assert sim.peak_memory_bytes - holder_bytes(eg) <= ex.peak_bytes <= sim.peak_memory_bytes
             assert (ex.step_bytes <= sim.step_memory_bytes).all()
-            assert (ex.step_bytes >= sim.step_memory_bytes - _held(eg)).all()
-            if not _held(eg):
+            assert (ex.step_bytes >= sim.step_memory_bytes - holder_bytes(eg)).all()
+            if not holder_bytes(eg):
                 assert np.array_equal(ex.step_bytes, sim.step_memory_bytes)
         assert np.array_equal(ex.compute_counts, sched.compute_counts())
         # aten ops actually dispatched == ops of the nodes the plan computes
@@ -77,25 +78,6 @@ def test_plan_matches_eager_and_simulator(name, granularity, kind):
             assert oc.counts.get(op, 0) == planned.get(op, 0), op
     if kind != "all":
         assert sim.recompute_count > 0
-
-
-def _held(eg):
-    """Bytes of the gradient holder nodes (no ops, gradients taken from the node before them)."""
-    return sum(int(eg.graph.memory_bytes[k]) for k, grp in enumerate(eg.groups) if not grp.ops and grp.outputs)
-
-
-def _step_sq(ex, m, inputs):
-    """A step with loss sum(y**2): tangent 2*y, computed from the forward output."""
-    params = [p for _, p in m.named_parameters()]
-    buffers = [b for _, b in m.named_buffers()]
-    st = ex.begin(params, buffers, list(inputs))
-    ex.run_forward(st)
-    (out,) = ex.user_outputs(st)
-    ex.apply_buffer_updates(m, st)
-    ex.run_backward(st, [2 * out])
-    for p, gr in zip(params, ex.primal_grads(st)):
-        p.grad = gr
-    return out
 
 
 def test_dropout_masks_replayed_and_rng_stream_preserved():

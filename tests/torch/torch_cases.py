@@ -63,3 +63,23 @@ def keep_schedule(graph, n_forward, kind):
             S[t, [i for i in range(min(t, n_forward)) if i % 2 == 0]] = True
             S[t, n_forward:t] = True
     return optimal_r_given_s(graph, S)
+
+
+def holder_bytes(eg):
+    """Bytes of the gradient holder nodes of an extracted graph (no ops: a gradient or a kept output sharing the
+    storage of the node before it), which the memory model counts a second time while both are live."""
+    return sum(int(eg.graph.memory_bytes[k]) for k, grp in enumerate(eg.groups) if not grp.ops and grp.outputs)
+
+
+def executor_step_sq(ex, m, inputs):
+    """One step of executor ``ex`` on module ``m`` with loss sum(y**2) (tangent 2*y); gradients into ``.grad``."""
+    params = [p for _, p in m.named_parameters()]
+    buffers = [b for _, b in m.named_buffers()]
+    st = ex.begin(params, buffers, list(inputs))
+    ex.run_forward(st)
+    (out,) = ex.user_outputs(st)
+    ex.apply_buffer_updates(m, st)
+    ex.run_backward(st, [2 * out])
+    for p, gr in zip(params, ex.primal_grads(st)):
+        p.grad = gr
+    return out
