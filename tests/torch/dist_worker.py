@@ -185,6 +185,20 @@ def run_wrapped(rank, world, scenario, out_dir):
     _write(out_dir, scenario, rank, rec)
 
 
+def _train_compiled_beside(step, ref, be, rank):
+    """Three steps of the compiled ``step`` (backend ``be``) and of the eager ``ref``: per step the largest
+    gradient difference, the scale of the first step's gradients, our measured rises, and the backend's plans."""
+    g_ref, _ = _train(ref, rank, measure=False)
+    g_ours, rises = _train(step, rank, measure=True)
+    diffs = [max(float((a - b).abs().max()) for a, b in zip(ga, gb)) for ga, gb in zip(g_ours, g_ref)]
+    scale = max(float(g.abs().max()) for g in g_ref[0])
+    plans = [{"budget_bytes": p.budget_bytes, "predicted_peak_bytes": p.predicted_peak_bytes,
+              "measured_peak_bytes": p.measured_peak_bytes, "fixed_bytes": p.fixed_bytes,
+              "default_peak_bytes": p.default_peak_bytes, "recomputed": p.n_recomputed, "source": p.source}
+             for p in be.partitioner.plans]
+    return diffs, scale, rises, plans
+
+
 #: the compiled scenarios: (Inductor compiles the halves, 40 KB gradient buckets, Dynamo's DDPOptimizer, budget)
 DDP_COMPILED = {
     "ddp-compiled": (False, False, True, 0.5),
@@ -224,14 +238,7 @@ def run_ddp_compiled(rank, world, scenario, out_dir):
     step = torch.compile(ddp, backend=be)
     ids, labels = _batch(rank, 0)
     resident = _resident_bytes(list(base.parameters()) + list(base.buffers()) + [ids, labels])
-    g_ref, _ = _train(ref, rank, measure=False)
-    g_ours, rises = _train(step, rank, measure=True)
-    diffs = [max(float((a - b).abs().max()) for a, b in zip(ga, gb)) for ga, gb in zip(g_ours, g_ref)]
-    scale = max(float(g.abs().max()) for g in g_ref[0])
-    plans = [{"budget_bytes": p.budget_bytes, "predicted_peak_bytes": p.predicted_peak_bytes,
-              "measured_peak_bytes": p.measured_peak_bytes, "fixed_bytes": p.fixed_bytes,
-              "default_peak_bytes": p.default_peak_bytes, "recomputed": p.n_recomputed, "source": p.source}
-             for p in be.partitioner.plans]
+    diffs, scale, rises, plans = _train_compiled_beside(step, ref, be, rank)
     rec = {"rank": rank, "diffs": diffs, "grad_scale": scale, "rises": rises, "resident": resident,
            "plans": plans, "overhead_bytes": rdist.comm_overhead_bytes(base, "ddp", world)}
     torch._dynamo.config.optimize_ddp = True
@@ -273,14 +280,7 @@ def run_fsdp_compiled(rank, world, scenario, out_dir):
     step = torch.compile(ours, backend=be)
     ids, labels = _batch(rank, 0)
     resident = _resident_bytes([_local(p) for p in ours.parameters()] + list(ours.buffers()) + [ids, labels])
-    g_ref, _ = _train(ref, rank, measure=False)
-    g_ours, rises = _train(step, rank, measure=True)
-    diffs = [max(float((a - b).abs().max()) for a, b in zip(ga, gb)) for ga, gb in zip(g_ours, g_ref)]
-    scale = max(float(g.abs().max()) for g in g_ref[0])
-    plans = [{"budget_bytes": p.budget_bytes, "predicted_peak_bytes": p.predicted_peak_bytes,
-              "measured_peak_bytes": p.measured_peak_bytes, "fixed_bytes": p.fixed_bytes,
-              "default_peak_bytes": p.default_peak_bytes, "recomputed": p.n_recomputed, "source": p.source}
-             for p in be.partitioner.plans]
+    diffs, scale, rises, plans = _train_compiled_beside(step, ref, be, rank)
     # the per-rank budget this run kept (what was resident, the gathered parameters, FSDP2's buffers beyond the
     # shard, the plan's budget), turned back into the backend's by compiled_budget_bytes
     nbytes = rdist._param_bytes(plain)
