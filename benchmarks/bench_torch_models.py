@@ -160,11 +160,14 @@ class CheckedMinCut(CustomPartitionerFn):
     def __init__(self, budget: float):
         self.calls = 0
         self.budget = budget
+        self.seen: list = []  # activation_memory_budget in force at each call
 
     def __call__(self, gm, joint_inputs, **kwargs):
+        import torch._functorch.config as fconfig
         from torch._functorch.partitioners import min_cut_rematerialization_partition
 
         self.calls += 1
+        self.seen.append(fconfig.activation_memory_budget)
         return min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
 
     def uuid(self):
@@ -202,6 +205,8 @@ def _setup_and_first_step(spec, m, inputs) -> tuple:
             _step(cm, inputs)
         if part.calls == 0:
             raise RuntimeError(f"compile's partitioner did not run at budget {budget} (compiled code was reused)")
+        if any(b != budget for b in part.seen):
+            raise RuntimeError(f"compile's partitioner ran at activation_memory_budget {part.seen}, not {budget}")
         info["graphs"] = part.calls
         return cm, info
     if kind == "ours":
@@ -608,6 +613,23 @@ def plot(results: dict, path: str):
     plt.close(fig)
 
 
+def _write_readme(name: str, md: str) -> None:
+    """Rewrite README section ``name`` with ``md``, keeping its hand-written subsections: every ``### ...
+    session N`` heading (for example ``### compiled path, session 3``) and what follows it, to the section's end."""
+    import re
+
+    import _report
+
+    kept = ""
+    if os.path.exists(_report.README):
+        text = open(_report.README).read()
+        sec = re.search(re.escape(f"<!-- BEGIN {name} -->") + r"(.*?)" + re.escape(f"<!-- END {name} -->"), text, re.S)
+        head = re.search(r"^### [^\n]*\bsession \d+", sec.group(1), re.M) if sec else None
+        if head:
+            kept = sec.group(1)[head.start():].rstrip()
+    _report.write_section(name, md.rstrip() + ("\n\n" + kept if kept else ""))
+
+
 def _suffix(device: str, sep: str) -> str:
     """Names of a CUDA run's README section and files (beside the CPU ones, not over them)."""
     return f"{sep}cuda" if device == "cuda" else ""
@@ -690,7 +712,7 @@ def main(argv=None):
         plot(results, os.path.join(_report.RESULTS, f"torch_models{_suffix(dev, '_')}.png"))
         md = render(results, argparse.Namespace(**runs[0]["args"]), max(r.get("wall_s", 0.0) for r in runs),
                     "` and, at the same time, `".join(r["command"] for r in runs), runs[0]["machine"])
-        _report.write_section(f"torch-models{_suffix(dev, '-')}", md)
+        _write_readme(f"torch-models{_suffix(dev, '-')}", md)
         print(md)
         return 0
     started = time.perf_counter()
@@ -722,7 +744,7 @@ def main(argv=None):
     plot(results, png)
     md = render(results, args, wall, _report.command_line(), _report.machine_line())
     if not args.quick and not args.no_readme and not args.out:
-        _report.write_section(f"torch-models{_suffix(args.device, '-')}", md)
+        _write_readme(f"torch-models{_suffix(args.device, '-')}", md)
     print(md)
     log(f"done; plot {png}")
     return 0
