@@ -145,6 +145,9 @@ class _Best:
         # be the best and have none
         self.staged: tuple[str, RematResult] | None = None
         self.improved_at = time.perf_counter()   # when the best result last changed
+        # the stall window counts from here or from the last improvement, whichever is later (the windowed MILP
+        # gets its own window under a long limit: _solve_auto)
+        self.stall_from = self.improved_at
 
     def offer(self, name: str, res: RematResult) -> None:
         self.tried[name] = {"status": res.status.value, "objective": res.objective,
@@ -445,7 +448,7 @@ def _settled_rule(best: _Best, start: float, stop_gap: float, patience_s: float,
         if now - start < patience_s:
             return False
         stall = STALL_GAP if stop_gap > 0 else 0.0   # stop_gap=0: no early stop at all
-        return gap <= stop_gap or (gap <= stall and now - best.improved_at >= stall_s)
+        return gap <= stop_gap or (gap <= stall and now - max(best.improved_at, best.stall_from) >= stall_s)
     return settled
 
 
@@ -715,7 +718,7 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
         if gap <= stop_gap:
             return min(hard_deadline, start + patience_s)
         if gap <= STALL_GAP and stop_gap > 0:
-            return min(hard_deadline, max(start, best.improved_at) + stall_s)
+            return min(hard_deadline, max(start, best.improved_at, best.stall_from) + stall_s)
         return hard_deadline
 
     hard_left = left if deadline is None else (lambda: deadline - time.perf_counter())  # noqa: E731
@@ -763,6 +766,11 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
         if best.result is None:
             _min_peak(best, graph, budget_bytes, deadline)
         _anytime(best, graph, budget_bytes, deadline, stop=settled, moves=moves)
+        if stall_s > patience_s:
+            # a long limit: restarts that stalled hand over to the windowed MILP, which gets a stall window of its
+            # own (at 0.5 of the peak of a 245-node graph the restarts stalled for 30 s of a 300 s limit and the
+            # MILP never ran); the default limit keeps one window (issue 36's planning time)
+            best.stall_from = time.perf_counter()
         # the restarts ran out (or the time): the exact MILP on windows of the best schedule's stages, to the end
         _lns(best, graph, budget_bytes, deadline, stop=settled)
     _polish(best, graph, budget_bytes, deadline, sim_s)

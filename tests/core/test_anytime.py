@@ -165,3 +165,9 @@ def test_the_stall_window_grows_with_an_explicit_limit(monkeypatch, limit, stall
         best.lower_bound = 100.0
         clock.now = 2000.0
         assert rule() is settled
+    # a phase that starts its own window (the windowed MILP under a long limit) counts from its start
+    best.stall_from = clock.now
+    clock.now += stall_s - 1.0
+    assert not rule()
+    clock.now += 2.0
+    assert rule()
