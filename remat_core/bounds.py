@@ -89,7 +89,7 @@ import numpy as np
 from .errors import SolverError
 from .graph import Graph
 
-__all__ = ["BoundResult", "cost_lower_bound", "DEFAULT_MAX_NONZEROS"]
+__all__ = ["BoundResult", "cost_lower_bound", "DEFAULT_MAX_NONZEROS", "REFERENCE_OPTIMUM_OVER_BOUND", "gap_statement"]
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +102,31 @@ _CHUNK_NONZEROS = 250_000
 _TOL = 1e-7
 #: Share of the bound given up against floating-point error in the Lagrangian's evaluation.
 _SAFETY = 1e-9
+
+
+#: How far above :func:`cost_lower_bound` the optimum lay where it was measured near the smallest budget: the
+#: largest ratio of ``ilp``'s optimum (or of its proven bound, where it did not finish) to this bound on random
+#: training graphs of 13-31 nodes at budgets from the smallest any heuristic finds to halfway to the
+#: checkpoint-all peak (``python benchmarks/bench_bounds.py --tight``, README section bounds-tight). Small
+#: graphs only: on larger ones the ratio may be larger, so statements built on it are "likely", not proven.
+REFERENCE_OPTIMUM_OVER_BOUND = 1.26
+
+
+def gap_statement(cost: float, bound: float) -> str:
+    """Which side of the gap between a schedule's ``cost`` and the relaxation's ``bound`` is likely far, in a
+    sentence: beyond :data:`REFERENCE_OPTIMUM_OVER_BOUND` at least the excess is likely the schedule's; below it
+    the whole gap may be the bound's.
+
+    >>> gap_statement(1.5, 1.0)[:55]
+    "50.0% above the relaxation's lower bound: the optimum l"
+    """
+    ratio, ref = cost / bound, REFERENCE_OPTIMUM_OVER_BOUND
+    head = (f"{100 * (ratio - 1):.1f}% above the relaxation's lower bound: the optimum lies between; where it was "
+            f"measured near the smallest budget it lay up to {ref:.2f} times this bound (small graphs; "
+            "docs/large_graphs.rst)")
+    if ratio > ref:
+        return f"{head}, so this schedule is likely at least {100 * (ratio / ref - 1):.1f}% above optimal"
+    return f"{head}, so the whole gap may be the bound's: the schedule may be close to optimal"
 
 
 @dataclass(frozen=True)

@@ -828,6 +828,6 @@ def _gap_note(gap: float, method: str, exact_bound: bool) -> str:
     if exact_bound:
         return (f"{100 * gap:.1f}% above the MILP's proven bound: the optimum lies between the two; the MILP did "
                 "not close the gap in the time given")
-    return (f"{100 * gap:.1f}% above the relaxation's lower bound: how far from optimal is not known; at tight "
-            "budgets both sides are likely far (where an exact reference was measured, the relaxation's bound lay "
-            "below it and the heuristics' schedule above it; docs/large_graphs.rst)")
+    from ..bounds import gap_statement
+
+    return gap_statement(1.0 + gap, 1.0)   # which side is likely far, from the measured references
