@@ -266,7 +266,8 @@ def render_tight(rows: list[dict], meta: dict) -> str:
         summary.append(line)
     return "\n".join([
         "## bounds-tight: the relaxation's bound near the smallest budget (issue 37)", "",
-        f"`{meta['command']}` ({meta['machine']}). Random training graphs at budgets between the smallest one any "
+        f"`{meta['command']}` ({meta['machine']}{', commit ' + meta['commit'] if meta.get('commit') else ''}). "
+        "Random training graphs at budgets between the smallest one any "
         "DTR heuristic or the feasibility phase finds (position 0; `bench_scale.smallest_found_budget`) and the "
         "checkpoint-all peak (position 1); costs over the sum of the node costs. *relaxation*: "
         "`remat_core.bounds.cost_lower_bound` (the bound `auto` reports on the large path); *ilp*, *ilp bound*: "
@@ -291,7 +292,8 @@ def main() -> None:
     args = limit_arguments(__doc__, "small graphs only, no shared graphs", 60.0, "ilp / lp-rounding limit (s)", extra)
     if args.tight:
         if not args.report_only:
-            meta = dict(command=command_line(), machine=machine_line(), limit=args.limit)
+            meta = dict(command=command_line(), machine=machine_line(), limit=args.limit,
+                        commit=os.environ.get("BENCH_COMMIT"))
             save_json("bounds_tight", {"meta": meta, "rows": tight_rows(args.limit)})
         rewrite_section_from_results("bounds_tight", "bounds-tight", render_tight)
         return
