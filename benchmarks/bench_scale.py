@@ -649,8 +649,11 @@ def layered_main(args) -> None:
         for frac in fractions:
             budget = run_child({"graph": gname, "fraction": frac, "method": "min-budget", "limit": 0})["budget"] \
                 if frac == "min" else None
-            jobs = [{"graph": gname, "fraction": frac, "method": "auto", "limit": lim} for lim in limits]
-            jobs += [{"graph": gname, "fraction": frac, "method": m, "limit": 0} for m in ("baselines", "dtr")]
+            methods = args.methods.split(",")   # --methods auto: keep the heuristics' rows of an earlier run
+            jobs = [{"graph": gname, "fraction": frac, "method": "auto", "limit": lim} for lim in limits
+                    if "auto" in methods]
+            jobs += [{"graph": gname, "fraction": frac, "method": m, "limit": 0} for m in ("baselines", "dtr")
+                     if m in methods]
             for job in jobs:
                 job["budget"] = budget
                 load = round(os.getloadavg()[0], 1)
