@@ -103,6 +103,12 @@ STALL_GAP = 0.05
 #: of an explicit time limit: a caller who gives 300 s gets 30 s windows, so a longer limit pays at 0.5/0.6 of the
 #: peak (issue 37), while the default 60 s keeps ``patience_s`` (8 s > 6 s; issue 36's planning time).
 STALL_SHARE = 0.1
+#: Up to this many nodes the feasibility phase (:func:`_min_peak`, every DTR heuristic's bisection over the whole
+#: budget range, where nothing fits) runs to its end whatever the time left, so that the smallest budget reported
+#: is the same at any load and ``auto`` finds a schedule at that budget and above (CPU s of the whole phase on an
+#: idle core: 0.01 at 245 nodes, 0.26 at 977, 1.0 at 2,011; 16.5 on LSTM_512's 5,239 nodes and 52 on 8,053, so
+#: larger graphs keep the clock's limit).
+CLOCK_FREE_MIN_PEAK_NODES = 2500
 #: Moves of the anytime loop without a time limit: every heuristic, freeing rule and budget share once.
 _UNLIMITED_MOVES = 120
 #: Window programs of the windowed-MILP search without a time limit (each with its own time cap).
@@ -473,18 +479,23 @@ def _wait_exact(early: Any, settled: Any) -> tuple[RematResult | None, str]:
 def _min_peak(best: _Best, graph: Graph, budget_bytes: int, deadline: float | None) -> None:
     """Feasibility first (:func:`~remat_core.solvers.anytime.min_peak_schedules`): where nothing fits yet, the
     schedules of the smallest peaks DTR's heuristics reach over the whole budget range (the same runs whatever
-    the budget, so what fits one budget fits every larger one); their smallest peak is the hint reported."""
+    the budget, so what fits one budget fits every larger one); their smallest peak is the hint reported.
+
+    Up to :data:`CLOCK_FREE_MIN_PEAK_NODES` nodes it runs to its end whatever ``deadline``: then the hint, and
+    the schedule found at every budget from the hint up, do not depend on the time given or the machine's load
+    (a starved search once reported 0.45 of a model's activation memory instead of 0.33)."""
     from . import _METHODS
     from .anytime import min_peak_schedules
 
     if "dtr" not in _METHODS or "min-peak" in best.tried:
         return
     t0 = time.perf_counter()
+    clock_free = graph.n <= CLOCK_FREE_MIN_PEAK_NODES
     per = _seconds_per_computation(best, "dtr")   # the baselines' run of the default heuristic, when it ran
-    peak = min_peak_schedules(graph, best.offer, budget_bytes, deadline=deadline,
-                              seconds_per_computation=None if per is None else {"h_dtr_eq": per})
+    peak = min_peak_schedules(graph, best.offer, budget_bytes, deadline=None if clock_free else deadline,
+                              seconds_per_computation=None if per is None or clock_free else {"h_dtr_eq": per})
     best.tried["min-peak"] = {"status": "done" if peak is not None else "none found", "min_peak_bytes": peak,
-                              "time_s": round(time.perf_counter() - t0, 3)}
+                              "clock_free": clock_free, "time_s": round(time.perf_counter() - t0, 3)}
     if peak is not None:
         best.min_budget = peak if best.min_budget is None else min(best.min_budget, peak)
 
@@ -583,7 +594,9 @@ def solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None = 60.
         method's child included; within 0.1% it stops at once; up to
         :data:`STALL_GAP` (5%) above its bound it stops once nothing has
         improved for ``patience_s`` or a tenth of ``time_limit_s``
-        (:data:`STALL_SHARE`), whichever is longer. Further from its bound it uses the whole
+        (:data:`STALL_SHARE`), whichever is longer (when the tenth is
+        longer, such a stall ends only the large path's restarts: its
+        windowed MILP then runs on). Further from its bound it uses the whole
         limit (docs/large_graphs.rst, *When it stops*). ``stop_gap=0`` uses
         the whole limit (or stops at a proof of optimality).
 
@@ -595,7 +608,9 @@ def solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None = 60.
         ``INFEASIBLE`` when that is proven (the budget is below what one node
         needs, or the exact method proved it), else ``NO_SOLUTION``
         (``stats["min_budget_bytes"]``: the smallest peak a heuristic reached,
-        when known). ``stats["path"]`` says which path ran,
+        when known; on graphs up to :data:`CLOCK_FREE_MIN_PEAK_NODES` nodes it
+        does not depend on the time given, and a call at that budget finds a
+        schedule). ``stats["path"]`` says which path ran,
         ``stats["chosen"]`` which method gave the schedule and
         ``stats["tried"]`` what each method returned.
 
