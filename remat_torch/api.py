@@ -741,7 +741,7 @@ def _accepts_time_limit(method: str) -> bool:
 
 def _solve(graph, budget_bytes: int, s: _Settings) -> RematResult:
     """``solve`` with the settings' method and time limit (``auto`` falls back to ilp / lp-rounding by size
-    where it is not registered; where ``auto`` finds no plan, :func:`_dtr_backstop`)."""
+    where it is not registered)."""
     from remat_core import available_methods
 
     opts = dict(s.solver_options)
@@ -753,47 +753,9 @@ def _solve(graph, budget_bytes: int, s: _Settings) -> RematResult:
     if method == "auto":
         opts.setdefault("patience_s", AUTO_PATIENCE_S)
         opts.setdefault("stop_gap", AUTO_STOP_GAP)
-    result = solve(graph, budget_bytes, method=method, **opts)
-    if method == "auto" and not result.success:
-        result = _dtr_backstop(graph, budget_bytes, result)
-    return result
-
-
-def _dtr_backstop(graph, budget_bytes: int, result: RematResult) -> RematResult:
-    """Where ``auto`` returned no plan: every DTR heuristic's run at ``budget_bytes`` (each a few milliseconds
-    on these graphs, and independent of the clock), the cheapest that fits; where none fits, ``result`` with
-    ``stats["min_budget_bytes"]`` lowered to the smallest budget any heuristic's bisection reached.
-
-    ``auto``'s search is bounded by wall time, and so is the smallest budget it reports: at 44a60c0 its first
-    DTR run also compiled the new kernels, the bisection was skipped as too slow, and the smallest plan of
-    2-layer Llama (batch 12 x 128) reported went from 0.334 to 0.426 of activation memory at any load. Here
-    the reported smallest budget is one at which a DTR heuristic's deterministic run is known to fit, and a
-    call at that budget gets that run's plan even when ``auto``'s search runs out of time.
-    """
-    from remat_core.solvers.dtr import HEURISTICS
-
-    best, smallest = None, (result.stats or {}).get("min_budget_bytes")
-    for heuristic in HEURISTICS:
-        if heuristic == "random":
-            continue
-        res = solve(graph, budget_bytes, method="dtr", heuristic=heuristic)   # re-simulated by solve
-        if res.success and res.peak_memory_bytes <= budget_bytes:
-            if best is None or res.objective < best.objective:
-                best = res
-        mb = (res.stats or {}).get("method_min_budget_bytes")
-        if mb is not None and (smallest is None or int(mb) < int(smallest)):
-            smallest = int(mb)
-    if best is not None:
-        log.info("auto found no plan within %s; DTR (%s) fits it", format_bytes(budget_bytes),
-                 best.stats.get("heuristic"))
-        stats = dict(best.stats or {}, auto_message=result.message)
-        return RematResult(status=SolveStatus.FEASIBLE, schedule=best.schedule, sequence=best.sequence,
-                           objective=best.objective, peak_memory_bytes=best.peak_memory_bytes,
-                           budget_bytes=int(budget_bytes), method="dtr",
-                           message=f"auto found no plan; {best.message}", stats=stats)
-    if smallest is not None:
-        result.stats = dict(result.stats or {}, min_budget_bytes=int(smallest))
-    return result
+    # where nothing fits, auto's feasibility phase runs to its end whatever the time left: the smallest budget it
+    # reports, and a plan at that budget, do not depend on the machine's load (remat_core.solvers.auto._min_peak)
+    return solve(graph, budget_bytes, method=method, **opts)
 
 
 def _infeasible(eg: ExtractedGraph, budget_bytes: int, result: RematResult, s: _Settings) -> BudgetInfeasibleError:

@@ -314,7 +314,7 @@ def test_the_smallest_budget_reported_does_not_depend_on_the_clock(monkeypatch, 
     # the CLI, with a limit too short for any timed step
     code = main(["solve", "torch_transformer_b4", str(lower), "--method", "auto", "--time-limit", "0.01", "--json"])
     out = json.loads(capsys.readouterr().out)
-    assert code != 0 or out["status"] == "no_solution"
+    assert code == 1 and out["status"] == "no_solution"
     assert out["stats"]["min_budget_bytes"] == hint
     code = main(["solve", "torch_transformer_b4", str(hint), "--method", "auto", "--time-limit", "0.01"])
     assert code == 0 and "feasible" in capsys.readouterr().out
