@@ -137,30 +137,45 @@ def from_schedule(graph: Graph, schedule: Schedule) -> OpSequence:
     R_ptr, R_idx, S_ptr, S_idx = schedule.csr
     kinds: list[int] = []
     nodes: list[int] = []
-    count = np.zeros(n, dtype=np.int64)   # resident copies (the simulator counts a kept and recomputed value twice)
+    count = [0] * n   # resident copies (the simulator counts a kept and recomputed value twice)
+    resident: set[int] = set()   # count > 0, and count > 1: the stage boundary looks only at these (not all n)
+    multi: set[int] = set()
+    S_list = [S_idx[S_ptr[t]:S_ptr[t + 1]].tolist() for t in range(n)]
+    R_list = [R_idx[R_ptr[t]:R_ptr[t + 1]].tolist() for t in range(n)]
+    deps = [dep_idx[dep_ptr[k]:dep_ptr[k + 1]].tolist() for k in range(n)]
     for t in range(n):
-        kept_next = set(S_idx[S_ptr[t + 1]:S_ptr[t + 2]].tolist()) if t + 1 < n else set()
-        computed = R_idx[R_ptr[t]:R_ptr[t + 1]].tolist()
+        kept_next = set(S_list[t + 1]) if t + 1 < n else set()
+        computed = R_list[t]
         last_user: dict[int, int] = {}
         for k in computed:
-            for i in dep_idx[dep_ptr[k]:dep_ptr[k + 1]].tolist():
+            for i in deps[k]:
                 last_user[i] = k
         for k in computed:
             kinds.append(COMPUTE)
             nodes.append(k)
             count[k] += 1
-            for i in dep_idx[dep_ptr[k]:dep_ptr[k + 1]].tolist():
+            resident.add(k)
+            if count[k] > 1:
+                multi.add(k)
+            for i in deps[k]:
                 if last_user[i] == k and i not in kept_next and count[i] > 0:
                     kinds.append(FREE)
                     nodes.append(i)
                     count[i] -= 1
-        # the stage boundary: keep exactly S[t + 1]
-        for i in np.flatnonzero(count).tolist():
-            extra = int(count[i]) - (1 if i in kept_next else 0)
-            for _ in range(max(extra, 0)):
-                kinds.append(FREE)
-                nodes.append(i)
-            count[i] -= max(extra, 0)
+                    if count[i] < 2:
+                        multi.discard(i)
+                    if count[i] == 0:
+                        resident.discard(i)
+        # the stage boundary: keep exactly S[t + 1] (frees in ascending node order)
+        for i in sorted((resident - kept_next) | multi):
+            extra = count[i] - (1 if i in kept_next else 0)
+            if extra > 0:
+                kinds.extend([FREE] * extra)
+                nodes.extend([i] * extra)
+                count[i] -= extra
+            multi.discard(i)
+            if count[i] == 0:
+                resident.discard(i)
     return OpSequence(np.asarray(kinds, dtype=np.int8), np.asarray(nodes, dtype=np.int64))
 
 
