@@ -40,7 +40,7 @@ from .. import kernels
 from ..graph import Graph
 from ..errors import ScheduleVerificationError
 from ..kernels import _reference as _ref
-from ..order import candidate_orders, check_order, renumbered, sequence_in_original_numbering
+from ..order import candidate_orders, check_order, liveness_area_bytes, renumbered, sequence_in_original_numbering
 from ..schedule import RematResult, Schedule, SolveStatus
 from ..sequence import OpSequence, from_schedule, simulate_sequence
 from ..units import format_bytes
@@ -199,9 +199,23 @@ def dtr_sequence_run(graph: Graph, budget_bytes: int, heuristic: str = DEFAULT_S
 
 
 def _sequence_runs(graph: Graph, budget_bytes: int, heuristic: str, seed: int, max_overhead: float,
-                   orders: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
-    return {name: dtr_sequence_run(graph, budget_bytes, heuristic, seed, max_overhead, order)
-            for name, order in orders.items()}
+                   orders: dict[str, np.ndarray], bound: float | None = None) -> dict[str, dict[str, Any]]:
+    """The runs as they run in ``orders``, the order with the least liveness area first (the likeliest to be
+    cheapest: on the recordings the area follows DTR's cost). A run stops once its compute exceeds ``bound`` (the
+    cheapest run so far, when given): it can no longer win, and is marked ``pruned`` (results are unchanged; a
+    losing order no longer thrashes to the cutoff)."""
+    one_pass = float(graph.cost.sum())
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted(orders, key=lambda nm: (liveness_area_bytes(graph, orders[nm]), nm)):
+        cap = float(max_overhead)
+        if bound is not None and one_pass > 0:
+            cap = max(1.0, min(cap, bound * (1 + 1e-9) / one_pass))
+        r = dtr_sequence_run(graph, budget_bytes, heuristic, seed, cap, orders[name])
+        r["pruned"] = r["code"] == _ref.DTR_THRASH and cap < max_overhead
+        if r["ok"]:
+            bound = r["total_cost"] if bound is None else min(bound, r["total_cost"])
+        out[name] = r
+    return {name: out[name] for name in orders}
 
 
 def _stage_runs_in_orders(graph: Graph, budget_bytes: int, heuristic: str, seed: int, max_compute_factor: float,
@@ -285,7 +299,9 @@ def solve_dtr(graph: Graph, budget_bytes: int, heuristic: str | None = None, see
         ``objective`` is the sequence's cost. ``stats``: ``heuristic``,
         ``run`` (which run won: ``"stages"`` or the name of its order),
         ``run_costs`` (each run's cost, ``None`` where it failed),
-        ``thrashed`` (the runs stopped by the cutoff), ``max_overhead``,
+        ``thrashed`` (the runs stopped by the cutoff), ``pruned`` (runs as
+        they run stopped once dearer than the cheapest run so far: they could
+        not win), ``max_overhead``,
         ``computations``, ``evictions``, ``keep_dead``, ``dtr_peak_bytes``.
 
     Notes
@@ -316,20 +332,27 @@ def solve_dtr(graph: Graph, budget_bytes: int, heuristic: str | None = None, see
         raise ValueError(f"`max_overhead` must be a finite number >= 1; got {max_overhead!r}")
 
     def all_runs(b: int) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-        """The stage run in the numbering, and the other runs by name."""
-        others = _sequence_runs(graph, b, seq_heuristic, seed, max_overhead, orders)
-        others.update(_stage_runs_in_orders(graph, b, stage_heuristic, seed, max_compute_factor, keep_dead, orders))
-        return _run_with_fallback(graph, b, stage_heuristic, seed, max_compute_factor, keep_dead), others
+        """The stage run in the numbering, and the other runs by name. The stage runs go first (they are cheap), so
+        that their best cost bounds the runs as they run (:func:`_sequence_runs`)."""
+        stage = _run_with_fallback(graph, b, stage_heuristic, seed, max_compute_factor, keep_dead)
+        staged = _stage_runs_in_orders(graph, b, stage_heuristic, seed, max_compute_factor, keep_dead, orders)
+        costs = [r["total_cost"] for r in staged.values() if r["ok"]]
+        if stage["ok"]:
+            costs.append(stage["schedule"].cost(graph))
+        others = _sequence_runs(graph, b, seq_heuristic, seed, max_overhead, orders, min(costs) if costs else None)
+        others.update(staged)
+        return stage, others
 
     run, seq_runs = all_runs(budget_bytes)
     costs: dict[str, float | None] = {"stages": run["schedule"].cost(graph) if run["ok"] else None}
     costs.update({name: (r["total_cost"] if r["ok"] else None) for name, r in seq_runs.items()})
-    thrashed = [name for name, r in seq_runs.items() if r["code"] == _ref.DTR_THRASH]
+    thrashed = [name for name, r in seq_runs.items() if r["code"] == _ref.DTR_THRASH and not r.get("pruned")]
+    pruned = [name for name, r in seq_runs.items() if r.get("pruned")]
     if run["code"] == _ref.DTR_THRASH:
         thrashed.insert(0, "stages")
     stats: dict[str, Any] = dict(heuristic=stage_heuristic, computations=run["computations"],
                                  evictions=run["evictions"], dtr_peak_bytes=run["peak_bytes"],
-                                 keep_dead=run["keep_dead"], run_costs=costs, thrashed=thrashed,
+                                 keep_dead=run["keep_dead"], run_costs=costs, thrashed=thrashed, pruned=pruned,
                                  max_overhead=float(max_overhead))
     won = [name for name, c in costs.items() if c is not None]
     if won:

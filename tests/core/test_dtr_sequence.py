@@ -8,13 +8,15 @@ from hypothesis import given, settings, strategies as st
 
 from remat_core import Graph, Node, RematResult, SolveStatus, kernels, solve
 from remat_core.errors import ScheduleVerificationError
+from remat_core.graph import load_dtr_dag
 from remat_core.kernels import available_kernels
-from remat_core.order import (check_order, demand_order, liveness_peak_bytes, memory_aware_order, order_sequence,
+from remat_core.order import (candidate_orders, check_order, demand_order, liveness_area_bytes, liveness_peak_bytes,
+                              memory_aware_order, order_sequence,
                               renumbered, sequence_in_original_numbering)
 from remat_core.sequence import FREE, from_schedule, simulate_sequence
 from remat_core.simulate import checkpoint_all_peak_bytes
 from remat_core.solvers import verify_result
-from remat_core.solvers.dtr import HEURISTICS, dtr_run, dtr_sequence_run
+from remat_core.solvers.dtr import HEURISTICS, _sequence_runs, dtr_run, dtr_sequence_run
 from remat_core.units import resolve_budget
 from remat_core.zoo import linear_graph
 from strategies import dags, training_graphs
@@ -151,6 +153,38 @@ def test_verify_rejects_a_sequence_over_its_budget():
     fine = RematResult(status=SolveStatus.FEASIBLE, sequence=order_sequence(g, range(g.n)), method="x",
                        budget_bytes=checkpoint_all_peak_bytes(g))
     assert verify_result(g, fine).objective == float(g.cost.sum())
+
+
+@settings(max_examples=30, deadline=None)
+@given(g=training_graphs())
+def test_liveness_area_is_the_mean_of_the_orders_memory_profile(g):
+    # brute force: at each position, the bytes of every value computed at or before it and read at or after it
+    for order in (np.arange(g.n), demand_order(g)):
+        pos = np.empty(g.n, dtype=np.int64)
+        pos[order] = np.arange(g.n)
+        last = [max([pos[k]] + [pos[j] for j in range(g.n) if k in g.deps[j]]) for k in range(g.n)]
+        live = [sum(int(g.memory_bytes[k]) for k in range(g.n) if pos[k] <= p <= last[k]) for p in range(g.n)]
+        assert liveness_area_bytes(g, order) == pytest.approx(sum(live) / g.n)
+
+
+def test_runs_dearer_than_the_cheapest_so_far_are_pruned_without_changing_the_result():
+    g = _both_numberings("U-Net_6")[1]              # depth-first: the given order thrashes where others succeed
+    orders = candidate_orders(g)
+    budget = int(0.4 * checkpoint_all_peak_bytes(g))
+    full = _sequence_runs(g, budget, "h_dtr", 0, 2.0, orders)             # no bound: every run to its end
+    ok = {k: r["total_cost"] for k, r in full.items() if r["ok"]}
+    assert ok and len(ok) < len(full)                                       # some order loses
+    best = min(ok.values())
+    bounded = _sequence_runs(g, budget, "h_dtr", 0, 2.0, orders, bound=best)
+    for name, r in bounded.items():
+        if name in ok and ok[name] <= best:
+            assert r["ok"] and r["total_cost"] == ok[name] and not r["pruned"]
+        else:                                                               # stopped once it could not win
+            assert not r["ok"] and r["pruned"] and r["total_cost"] > best
+    res = solve(g, budget, method="dtr", order="auto", find_min_budget=False)
+    assert res.objective <= best + 1e-6
+    assert set(res.stats["pruned"]) | set(res.stats["thrashed"]) >= set(full) - set(ok)
+    assert not set(res.stats["pruned"]) & set(res.stats["thrashed"])
 
 
 @settings(max_examples=30, deadline=None)
