@@ -49,7 +49,8 @@ import _report  # noqa: E402
 
 from remat_core import checkpoint_all_peak_bytes, load_dtr_dag, make_plan, solve  # noqa: E402
 from remat_core.batch import batch_size_upper_bound, forward_pass_cost_cap  # noqa: E402
-from remat_core.host import cost_per_second, offload_all_plan, simulate_host, solve_offload  # noqa: E402
+from remat_core.host import (cost_per_second, offload_all_plan, remat_bases, simulate_host, solve_offload,  # noqa: E402
+                             state_floor_bytes, zoo_state_layout)
 from remat_core.host.greedy import plan_from_sequence  # noqa: E402
 from remat_core.units import min_budget_bytes  # noqa: E402
 from remat_core.zoo import zoo_graph  # noqa: E402
@@ -155,6 +156,73 @@ def max_batches(name: str, key: str, bw: float) -> dict:
             out[which + "_time_over_cap"] = t / cap
     print(f"max batch {name} at {bw / 1e9:g} GB/s: {out}", flush=True)
     return out
+
+
+def state_max_batches(entries: list, key: str) -> None:
+    """Adds to the saved maximum-batch entries of one zoo model (one per bandwidth) the joint plan whose offloads
+    may also move the training state (parameters, gradients, input batch; :mod:`remat_core.host.state`): the
+    largest batch within 16 GB at a time of at most one extra forward pass (``joint_state``), searched by
+    bisection from remat alone's largest batch up to the state ceiling (the largest batch whose state floor,
+    :func:`remat_core.host.state_floor_bytes`, is within 16 GB) to a resolution of 1 % of the batch (each probe
+    takes minutes on the loaded machine): the value is a batch that passes, with the next one that failed in
+    ``joint_state_failed_at``. ``joint_state_ceiling_fits``: whether a plan fits at the state ceiling at any
+    time."""
+    def fn(b):
+        return zoo_graph(key, batch_size=b)
+
+    def floor_fits(b):
+        g = fn(b)
+        return state_floor_bytes(g, zoo_state_layout(g)) <= BATCH_BUDGET
+
+    ceiling = _largest(floor_fits, 1 << 16)
+    bases: dict = {}
+    seen: dict = {}
+
+    def solved(b, bw):
+        """(fits, time over the cap, the result) of the joint plan with the state layout, solved once."""
+        if (b, bw) not in seen:
+            g = fn(b)
+            if b not in bases:   # the remat plans the search starts from do not depend on the bandwidth
+                bases[b] = remat_bases(g, BATCH_BUDGET, BATCH_REMAT, **BATCH_OPTIONS)
+            t0 = time.perf_counter()
+            r = solve_offload(g, BATCH_BUDGET, method=BATCH_REMAT, host_bandwidth=bw, bases=bases[b],
+                              state_layout=zoo_state_layout(g))
+            over = r.objective / forward_pass_cost_cap(g) if r.success else None
+            seen[b, bw] = (bool(r.success), over, r)
+            print(f"  {key} b={b} {bw / 1e9:g} GB/s: {r!r} over cap {over}, {time.perf_counter() - t0:.0f} s",
+                  flush=True)
+        return seen[b, bw]
+
+    def search(passes, lo: int) -> tuple:
+        """(a batch in [lo, ceiling] that passes, the smallest larger one that failed or None), by bisection from
+        lo (taken to pass; checked when it is the answer: 0 if it does not) to 1 % of lo."""
+        if passes(ceiling):
+            return ceiling, None
+        hi = ceiling
+        while hi - lo > max(1, lo // 100):
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if passes(mid) else (lo, mid)
+        return (lo if passes(lo) else 0), hi
+
+    for m in entries:
+        bw = m["bandwidth"]
+        m["state_ceiling"] = ceiling
+        m["joint_state"], m["joint_state_failed_at"] = search(
+            lambda b: solved(b, bw)[0] and solved(b, bw)[1] <= 1.0, m["remat"])
+        m["joint_state_ceiling_fits"] = solved(ceiling, bw)[0]
+        m["joint_state_ceiling_over_cap"] = solved(ceiling, bw)[1]
+        for which in ("joint_state",):
+            if m[which]:
+                _, over, r = solved(m[which], bw)
+                m[which + "_detail"] = {
+                    "time_over_cap": over, "plan": r.stats.get("plan"),
+                    "state_blocks_moved": r.stats.get("state_blocks_moved"),
+                    "offloaded_values": r.stats.get("offloaded_values"), "copied_bytes": r.stats.get("copied_bytes"),
+                    "peak_host_bytes": r.peak_host_bytes, "peak_device_bytes": r.peak_memory_bytes,
+                    "stall_over_compute": r.stats.get("stall", 0.0) / r.stats["compute_cost"]}
+        print(f"state max batch {m['model']} at {bw / 1e9:g} GB/s: {m['joint_state']} (failed at "
+              f"{m['joint_state_failed_at']}; ceiling {ceiling}, fits there: {m['joint_state_ceiling_fits']})",
+              flush=True)
 
 
 def _largest(passes, ceiling: int) -> int:
@@ -310,9 +378,32 @@ def main() -> None:
     ap.add_argument("--no-max-batch", action="store_true", help="skip the maximum batch search")
     ap.add_argument("--max-batch-only", action="store_true",
                     help="redo the maximum batch search only, keeping the saved sweep")
+    ap.add_argument("--state-only", action="store_true",
+                    help="add the joint plan that also moves the training state to the saved maximum batch search")
+    ap.add_argument("--models", default=None, help="with --state-only: a comma-separated subset of the zoo models")
     args = ap.parse_args()
     if args.report_only:
         _report.rewrite_section_from_results("offload", SECTION, render)
+        return
+    if args.state_only:
+        import json
+
+        path = os.path.join(_report.RESULTS, "offload.json")
+        start = time.perf_counter()
+        wanted = set(args.models.split(",")) if args.models else None
+        for label, key, _ in ZOO:
+            if wanted is not None and label not in wanted:
+                continue
+            with open(path) as f:   # re-read: each model's result is saved as soon as it is found
+                data = json.load(f)
+            entries = [m for m in data["meta"]["max_batch"] if m["model"] == label]
+            state_max_batches(entries, key)
+            data["meta"].setdefault("state_commands", {})[label] = {
+                "command": _report.command_line(), "elapsed_s": time.perf_counter() - start,
+                "machine": _report.machine_line()}
+            _report.save_json("offload", data)
+            start = time.perf_counter()
+        _report.write_section(SECTION, render(data["rows"], data["meta"]))
         return
     if args.max_batch_only:
         import json

@@ -97,6 +97,9 @@ class OffloadExecutor(Executor):
                  cost_per_s: float | None = None):
         if not isinstance(plan, HostPlan):
             raise TypeError(f"`plan` must be a remat_core.host.HostPlan; got {type(plan).__name__}")
+        if plan.layout is not None:   # parameters and gradients live in the module; moving them is not built here
+            raise ValueError("`plan` moves the training state (it has a state layout); the offload executor runs "
+                             "plans that offload activations only")
         super().__init__(extracted, strip_copies(plan), track=True)
         self.host_plan = plan
         # without a bandwidth, the prediction is memory only (copies taken as free)

@@ -11,6 +11,8 @@ host_bandwidth`` seconds. What lives here:
 * ``simulate``: :func:`simulate_host`, the judge of every host plan (peak
   device memory, peak host memory, time = compute + the stalls where a copy
   is not hidden);
+* ``state``: :class:`StateLayout`, the parameters, gradients and input batch
+  (parts of ``fixed_bytes``) that may live on the host between their uses;
 * ``greedy``: offloads inserted into any remat plan until it fits a budget, and
   the offload-everything plan of ``torch.autograd.graph.save_on_cpu``;
 * ``pofo``: the exact dynamic program over keep / offload / recompute on
@@ -27,16 +29,18 @@ plans it starts from). Never torch or tensorflow, and no module below imports
 this package (``solvers.solve`` reaches it through its registry of methods).
 """
 
-from .plan import HostPlan, Offload, Prefetch, Wait, host_plan_from_execution_plan
+from .plan import DropState, FetchState, HostPlan, Offload, Prefetch, SaveState, Wait, host_plan_from_execution_plan
+from .state import StateBlock, StateLayout, state_floor_bytes, zoo_state_layout
 from .simulate import (DEFAULT_FLOPS_PER_S, DEFAULT_HOST_BANDWIDTH, HostSimulation, cost_per_second,
                        simulate_host, validate_bandwidth)
 from .greedy import offload_all_plan, offload_to_budget
 from .pofo import pofo_plan, pofo_solve
 from .dtr import dtr_swap_plan
-from .solve import HostResult, host_result_from_dict, solve_offload
+from .solve import HostResult, host_result_from_dict, remat_bases, solve_offload
 
 __all__ = [
-    "HostPlan", "Offload", "Prefetch", "Wait", "host_plan_from_execution_plan",
+    "HostPlan", "Offload", "Prefetch", "Wait", "FetchState", "DropState", "SaveState", "host_plan_from_execution_plan",
+    "StateBlock", "StateLayout", "state_floor_bytes", "zoo_state_layout", "remat_bases",
     "HostSimulation", "simulate_host", "cost_per_second", "validate_bandwidth",
     "DEFAULT_HOST_BANDWIDTH", "DEFAULT_FLOPS_PER_S",
     "offload_to_budget", "offload_all_plan", "pofo_plan", "pofo_solve", "dtr_swap_plan", "HostResult", "solve_offload",

@@ -10,6 +10,12 @@ memory effect of each choice is exact (device memory is counted along the
 statements); the copies' overlap is estimated while choosing and the plan is
 then judged by :func:`~remat_core.host.simulate_host`.
 
+With a :class:`~remat_core.host.state.StateLayout`, the training state's
+blocks are candidates too: a parameter or input block can leave the device
+for any stretch between its readers (a fetch brings it back; after its last
+reader it never comes back), a gradient block before its first writer (its
+writer allocates it) and after its last (saved to the host, then dropped).
+
 :func:`offload_all_plan` is what ``torch.autograd.graph.save_on_cpu`` does:
 every forward value a backward node reads is copied to the host when it is
 computed (the compute stream waits for the copy), dropped after its last
@@ -27,7 +33,7 @@ import numpy as np
 from ..graph import Graph
 from ..plan import Compute, ExecutionPlan, Free, make_plan, replay
 from ..schedule import Schedule
-from .plan import HostPlan, Offload, Prefetch, Wait
+from .plan import DropState, FetchState, HostPlan, Offload, Prefetch, SaveState, Wait
 from .simulate import cost_per_second, simulate_host, validate_bandwidth
 
 __all__ = ["offload_to_budget", "offload_all_plan", "checkpoint_all", "plan_from_sequence"]
@@ -104,7 +110,7 @@ def _base_plan(graph: Graph, base: Any) -> ExecutionPlan:
 
 
 def offload_to_budget(graph: Graph, base: Any, budget_bytes: int, host_bandwidth: Any,
-                      cost_per_s: float | None = None) -> HostPlan | None:
+                      cost_per_s: float | None = None, layout: Any = None) -> HostPlan | None:
     """Add offloads to ``base`` until its device peak is within ``budget_bytes``.
 
     Parameters
@@ -118,12 +124,15 @@ def offload_to_budget(graph: Graph, base: Any, budget_bytes: int, host_bandwidth
         Bytes per second (``math.inf``: free copies).
     cost_per_s : float, optional
         Cost units per second (see :func:`~remat_core.host.cost_per_second`).
+    layout : StateLayout, optional
+        Blocks of the training state that may live on the host too
+        (:mod:`remat_core.host.state`).
 
     Returns
     -------
     HostPlan or None
         ``None`` when some computation stays over the budget with every value
-        it does not read offloaded.
+        (and state block) it does not read offloaded.
 
     Examples
     --------
@@ -145,8 +154,11 @@ def offload_to_budget(graph: Graph, base: Any, budget_bytes: int, host_bandwidth
     cps = 1.0 if bw == math.inf else cost_per_second(graph, cost_per_s)
     computes = plan.computes()
     P = len(computes)
+    if layout is not None and (getattr(layout, "num_nodes", None) != graph.n
+                               or layout.fixed_bytes != graph.fixed_bytes):
+        raise ValueError(f"`layout` must be a StateLayout of this graph; got {layout!r}")
     if P == 0:
-        return HostPlan(list(plan.statements), plan.num_nodes)
+        return HostPlan(list(plan.statements), plan.num_nodes, layout=layout)  # nothing computed: nothing moves
     excess = replay(graph, plan).step_memory_bytes.astype(np.int64) - int(budget_bytes)
     cost_at = np.array([float(graph.cost[c.node]) for c in computes])
     csum = np.concatenate([[0.0], np.cumsum(cost_at)])
@@ -160,16 +172,32 @@ def offload_to_budget(graph: Graph, base: Any, budget_bytes: int, host_bandwidth
         for r in c.inputs:
             if uses[r][-1] != p:
                 uses[r].append(p)
+    blocks = layout.blocks if layout is not None else ()
+    kind = [""] * nreg + [b.kind for b in blocks]
+    # a state block is pseudo-register nreg + j, resident from before the first computation to after the last
+    # (uses bracketed by -1 and P); its uses are the computations of the nodes that read or write it
+    for j, b in enumerate(blocks):
+        at = set(b.nodes)
+        uses.append([-1] + [p for p, c in enumerate(computes) if c.node in at] + [P])
     first = np.array([u[0] if u else 0 for u in uses], dtype=np.int64)
     last = np.array([u[-1] if u else 0 for u in uses], dtype=np.int64)
-    nbytes = mem[node_of].astype(np.int64)
+    nbytes = np.concatenate([mem[node_of].astype(np.int64),
+                             np.array([b.nbytes for b in blocks], dtype=np.int64)])
 
     def ctime(b: int) -> float:
         return 0.0 if bw == math.inf else b / bw * cps
 
     windows: dict[int, list[tuple[int, int]]] = {}   # register -> [(lo, hi)] stretches off the device
+    state = (layout, uses, csum, ctime) if blocks else None
     simulated = P <= LOOKAHEAD_MAX_COMPUTES
     now_time = float(csum[-1])
+    for j, blk in enumerate(blocks):
+        # a gradient is off the device before its first writer for free (no copy; its writer allocates it):
+        # taken at once wherever that stretch is over the budget
+        r, w1 = nreg + j, uses[nreg + j][1]
+        if blk.kind == "grad" and w1 > 0 and (excess[:w1] > 0).any():
+            excess[:w1] -= nbytes[r]
+            windows[r] = [(0, w1 - 1)]
     while True:
         p = int(np.argmax(excess))
         if excess[p] <= 0:
@@ -185,45 +213,136 @@ def offload_to_budget(graph: Graph, base: Any, budget_bytes: int, host_bandwidth
             i = bisect.bisect_left(u, p)
             if u[i] == p or any(lo <= p <= hi for lo, hi in windows.get(r, ())):
                 continue   # read here, or already off the device here
-            scored += 1
             a, b = u[i - 1], u[i]
-            nz = np.flatnonzero(excess[a + 1:b] > 0)
-            lo, hi = a + 1 + int(nz[0]), a + 1 + int(nz[-1])
-            c_in = ctime(int(nbytes[r]))
-            c_out = 0.0 if r in windows else c_in
-            lead_out = csum[lo] - csum[first[r] + 1]
-            lead_in = csum[b] - csum[hi + 1]
+            k = kind[r]
+            if k == "grad" and a >= 0 and b < P:
+                continue   # between two writes: a gradient holding writes cannot leave
+            if k == "input" and (a < 0 or b == P):
+                continue   # the batch is on the device between steps (the data pipeline loads the next one)
+            # the stretch around p clear of this register's other windows (one statement apart from them)
+            left, right = a + 1, b - 1
+            for wlo, whi in windows.get(r, ()):
+                if whi < p:
+                    left = max(left, whi + 2)
+                elif wlo > p:
+                    right = min(right, wlo - 2)
+            if not left <= p <= right:
+                continue
+            scored += 1
+            nz = np.flatnonzero(excess[left:right + 1] > 0)
+            lo, hi = left + int(nz[0]), left + int(nz[-1])
+            nb = int(nbytes[r])
+            if not k:       # an activation: copied out once, back before its reader
+                c_in = ctime(nb)
+                c_out = 0.0 if r in windows else c_in
+            elif k == "grad":   # before its first write: off from the start (its writer allocates it); after
+                if a < 0:       # its last: saved to the host
+                    lo, hi = left, right
+                c_in, c_out = 0.0, (ctime(nb) if a >= 0 else 0.0)
+            else:           # a parameter or input block: dropped for free from the start of the stretch, fetched
+                lo = left   # before its next reader, never copied out
+                c_in, c_out = (ctime(nb) if b < P else 0.0), 0.0
+            if k and b == P:
+                hi = right  # never comes back
+            lead_out = csum[lo] - csum[(first[r] if not k else a) + 1] if c_out else 0.0
+            lead_in = csum[b] - csum[hi + 1] if c_in else 0.0
             est = max(0.0, c_out - lead_out) + max(0.0, c_in - lead_in)
             benefit = min(int(nbytes[r]), int(excess[p]))
-            key = ((est + COPY_WEIGHT * (c_in + c_out)) / benefit, -int(nbytes[r]), r)
+            extra = 0.0
+            if k == "param" or (k == "grad" and a >= 0):
+                # the first move of a parameter or of its saved gradient brings the other copies of the layer
+                # (see _close_state): the weight fetched each step, the gradient saved
+                jp = r - nreg if k == "param" else layout.param_index[r - nreg]
+                jg = layout.grad_index[jp] if jp >= 0 else r - nreg
+                if not (jp >= 0 and nreg + jp in windows) and not (jg >= 0 and any(
+                        lo_ > uses[nreg + jg][-2] for lo_, _ in windows.get(nreg + jg, ()))):
+                    extra = (ctime(int(nbytes[nreg + jp])) if jp >= 0 else 0.0) + (
+                        ctime(int(nbytes[nreg + jg])) if jg >= 0 else 0.0)
+            key = ((est + COPY_WEIGHT * (c_in + c_out + extra)) / benefit, -int(nbytes[r]), r)
             scoredlist.append((key, r, lo, hi, benefit))
         if not scoredlist:
             return None
         scoredlist.sort(key=lambda x: x[0])
-        if simulated and len(scoredlist) > 1 and bw != math.inf:
+        if simulated and len(scoredlist) > 1 and bw != math.inf and scoredlist[0][0][0] > 0.0:
             # the estimate ignores the copy queue and the reader's wait: judge the best few by the simulator
             best = None
             for key, r, lo, hi, benefit in scoredlist[:LOOKAHEAD]:
                 trial = {k: list(v) for k, v in windows.items()}
                 trial.setdefault(r, []).append((lo, hi))
-                t = simulate_host(graph, _emit(plan, computes, trial, node_of, nreg), bw, cost_per_s).time
+                t = simulate_host(graph, _emit(plan, computes, trial, node_of, nreg, state), bw, cps).time
                 k2 = ((t - now_time) / benefit, key)
                 if best is None or k2 < best[0]:
                     best = (k2, r, lo, hi, t)
-        else:
+        else:   # one candidate, free copies, or a move without copies (key 0: the time does not change)
             best = scoredlist[0][:4] + (now_time,)
         _, r, lo, hi, now_time = best
         excess[lo:hi + 1] -= nbytes[r]
         windows.setdefault(r, []).append((lo, hi))
-    return _emit(plan, computes, windows, node_of, nreg)
+    return _emit(plan, computes, windows, node_of, nreg, state)
 
 
-def _emit(plan: ExecutionPlan, computes: list[Compute], windows: dict, node_of: np.ndarray, nreg: int) -> HostPlan:
-    """The base plan's statements with the offloads, frees and prefetches of ``windows`` inserted."""
+def _close_state(windows: dict, nreg: int, P: int, state: tuple) -> dict:
+    """``windows`` with the state moves that keep the state coherent between steps (see
+    :mod:`remat_core.host.state`): a parameter block that leaves the device at all lies on the host
+    between steps (dropped before the first computation, fetched before its first reader, dropped after its
+    last), and a parameter's gradient goes with it (off the device before its first write, saved after its
+    last). A window ``(P, P - 1)`` of a gradient is a save without a drop."""
+    layout, uses, csum, ctime = state
+    out = {r: list(ws) for r, ws in windows.items()}
+    moved = {r - nreg for r in windows if r >= nreg and layout.blocks[r - nreg].kind == "param"}
+    for j, b in enumerate(layout.blocks):   # a gradient saved: its parameter is updated on the host
+        g = layout.grad_index[j]
+        if g >= 0 and any(lo > uses[nreg + g][-2] for lo, _ in windows.get(nreg + g, ())):
+            moved.add(j)
+    for j in sorted(moved):
+        r = nreg + j
+        u = uses[r]
+        ws = out.setdefault(r, [])
+        if not any(lo == 0 for lo, _ in ws):
+            # off from the start; fetched as late as its copy is still hidden by the computations before the reader
+            # (the block was on the device there, so the memory is no higher than before)
+            hi = u[1] - 1
+            while hi >= 0 and csum[u[1]] - csum[hi + 1] < ctime(layout.blocks[j].nbytes):
+                hi -= 1
+            ws.append((0, hi))
+        if u[-2] + 1 <= P - 1 and not any(lo > u[-2] for lo, _ in ws):
+            ws.append((u[-2] + 1, P - 1))   # after its last reader: dropped (the host copy is current)
+        g = layout.grad_index[j]
+        if g >= 0:
+            rg = nreg + g
+            ug = uses[rg]
+            wg = out.setdefault(rg, [])
+            if not any(lo == 0 for lo, _ in wg):
+                wg.append((0, ug[1] - 1))   # allocated by its first writer
+            if not any(lo > ug[-2] for lo, _ in wg):
+                wg.append((P, P - 1))       # saved after its last write, kept to the end
+    return out
+
+
+def _emit(plan: ExecutionPlan, computes: list[Compute], windows: dict, node_of: np.ndarray, nreg: int,
+          state: Any = None) -> HostPlan:
+    """The base plan's statements with the offloads, frees and prefetches of ``windows`` inserted (registers
+    from ``nreg`` on are the layout's state blocks: drops, fetches and saves, made coherent by
+    :func:`_close_state`)."""
     before: dict[int, list[tuple[str, int]]] = {}
-    after: dict[int, list[int]] = {}
+    after: dict[int, list[Any]] = {}
     first = {c.register: p for p, c in enumerate(computes)}
+    P = len(computes)
+    layout, uses = (state[0], state[1]) if state is not None else (None, None)
+    if state is not None:
+        windows = _close_state(windows, nreg, P, state)
     for r, ws in windows.items():
+        if r >= nreg:
+            j = r - nreg
+            grad = layout.blocks[j].kind == "grad"
+            for lo, hi in ws:
+                if lo < P:
+                    before.setdefault(lo, []).append(("drop_state", j))
+                if grad and lo > uses[r][-2]:   # after the last write: saved first
+                    after.setdefault(uses[r][-2], []).append(("save_state", j))
+                if not grad and hi + 1 < P:
+                    before.setdefault(hi + 1, []).append(("fetch_state", j))
+            continue
         after.setdefault(first[r], []).append(r)
         for lo, hi in ws:
             before.setdefault(lo, []).append(("free", r))
@@ -234,21 +353,25 @@ def _emit(plan: ExecutionPlan, computes: list[Compute], windows: dict, node_of: 
     p = 0
     for s in plan.statements:
         if isinstance(s, Compute):
-            acts = sorted(before.get(p, ()), key=lambda a: a[0] != "free")
+            acts = sorted(before.get(p, ()), key=lambda a: a[0] not in ("free", "drop_state"))
             for kind, r in acts:
                 if kind == "free":
                     out.append(Free(cur.get(r, r), int(node_of[r])))
+                elif kind == "drop_state":
+                    out.append(DropState(r))
+                elif kind == "fetch_state":
+                    out.append(FetchState(r))
                 else:
                     out.append(Prefetch(int(node_of[r]), r, next_reg))
                     cur[r] = next_reg
                     next_reg += 1
             out.append(Compute(s.node, s.register, tuple(cur.get(r, r) for r in s.inputs), s.stage))
             for r in after.get(p, ()):
-                out.append(Offload(r, int(node_of[r])))
+                out.append(SaveState(r[1]) if isinstance(r, tuple) else Offload(r, int(node_of[r])))
             p += 1
         else:
             out.append(Free(cur.get(s.register, s.register), s.node))
-    return HostPlan(out, plan.num_nodes)
+    return HostPlan(out, plan.num_nodes, layout=layout)
 
 
 def offload_all_plan(graph: Graph) -> HostPlan:

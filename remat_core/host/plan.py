@@ -14,6 +14,15 @@ stream, with copies handed to one copy stream:
 
 A host slot lives from its ``Offload`` until the copy of its last
 ``Prefetch`` ends.
+
+With a :class:`~remat_core.host.state.StateLayout` (``HostPlan(...,
+layout=...)``), three statements move the training state (parameters, their
+gradients, the input batch) named by block index:
+
+* :class:`DropState` frees a block's device copy (after any copy on it);
+* :class:`FetchState` allocates a parameter or input block and starts copying
+  it from the host;
+* :class:`SaveState` starts copying a gradient block to the host.
 """
 
 from __future__ import annotations
@@ -23,7 +32,8 @@ from typing import Any, Union
 
 from ..plan import Compute, ExecutionPlan, Free, InvalidPlanError, StatementList
 
-__all__ = ["Offload", "Prefetch", "Wait", "HostStatement", "HostPlan", "host_plan_from_execution_plan"]
+__all__ = ["Offload", "Prefetch", "Wait", "FetchState", "DropState", "SaveState", "HostStatement", "HostPlan",
+           "host_plan_from_execution_plan"]
 
 
 @dataclass(frozen=True)
@@ -50,7 +60,29 @@ class Wait:
     register: int
 
 
-HostStatement = Union[Compute, Free, Offload, Prefetch, Wait]
+@dataclass(frozen=True)
+class FetchState:
+    """Allocate state block ``block`` (a parameter or input block) on the device and start copying it in."""
+
+    block: int
+
+
+@dataclass(frozen=True)
+class DropState:
+    """Free the device copy of state block ``block`` (the compute stream waits for a copy still on it)."""
+
+    block: int
+
+
+@dataclass(frozen=True)
+class SaveState:
+    """Start copying gradient block ``block`` to the host."""
+
+    block: int
+
+
+HostStatement = Union[Compute, Free, Offload, Prefetch, Wait, FetchState, DropState, SaveState]
+_STATE = (FetchState, DropState, SaveState)
 
 
 class HostPlan(StatementList):
@@ -60,14 +92,33 @@ class HostPlan(StatementList):
     ----------
     statements : tuple
     num_nodes : int
+    layout : StateLayout or None
+        The state blocks the ``*State`` statements name (``None``: the
+        training state stays on the device).
     """
 
-    def __init__(self, statements: list[HostStatement], num_nodes: int):
+    def __init__(self, statements: list[HostStatement], num_nodes: int, layout: Any = None):
         self.statements = tuple(statements)
         self.num_nodes = int(num_nodes)
+        self.layout = layout
+        if layout is not None and getattr(layout, "num_nodes", None) != self.num_nodes:
+            raise InvalidPlanError(f"`layout` must be a StateLayout of a graph of {self.num_nodes} nodes; "
+                                   f"got {layout!r}")
         for pos, s in enumerate(self.statements):
-            if not isinstance(s, (Compute, Free, Offload, Prefetch, Wait)):
+            if not isinstance(s, (Compute, Free, Offload, Prefetch, Wait) + _STATE):
                 raise InvalidPlanError(f"statement {pos} is not a host plan statement: {s!r}")
+            if isinstance(s, _STATE) and (layout is None or not 0 <= s.block < len(layout.blocks)):
+                raise InvalidPlanError(f"statement {pos} names state block {s.block}, which the plan's layout "
+                                       f"does not have")
+
+    @property
+    def num_state_copies(self) -> int:
+        """Copies of state blocks (fetches and saves)."""
+        return sum(1 for s in self.statements if isinstance(s, (FetchState, SaveState)))
+
+    def dropped_blocks(self) -> list[int]:
+        """State blocks the plan takes off the device at least once, sorted."""
+        return sorted({s.block for s in self.statements if isinstance(s, DropState)})
 
     @property
     def num_offloads(self) -> int:
@@ -85,7 +136,9 @@ class HostPlan(StatementList):
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: ``["compute", node, register, inputs, stage]``, ``["free", register, node]``,
-        ``["offload", register, node]``, ``["prefetch", node, host, register]``, ``["wait", register]``."""
+        ``["offload", register, node]``, ``["prefetch", node, host, register]``, ``["wait", register]``,
+        ``["fetch_state", block]``, ``["drop_state", block]``, ``["save_state", block]``; with a layout, also
+        ``"layout"``."""
         out = []
         for s in self.statements:
             if isinstance(s, Compute):
@@ -96,25 +149,43 @@ class HostPlan(StatementList):
                 out.append(["offload", s.register, s.node])
             elif isinstance(s, Prefetch):
                 out.append(["prefetch", s.node, s.host, s.register])
-            else:
+            elif isinstance(s, Wait):
                 out.append(["wait", s.register])
-        return {"num_nodes": self.num_nodes, "statements": out}
+            else:
+                out.append([_STATE_NAMES[type(s)], s.block])
+        d = {"num_nodes": self.num_nodes, "statements": out}
+        if self.layout is not None:
+            d["layout"] = self.layout.to_dict()
+        return d
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "HostPlan":
-        """Inverse of :meth:`to_dict`."""
+    def from_dict(cls, data: dict[str, Any], graph: Any = None) -> "HostPlan":
+        """Inverse of :meth:`to_dict` (a plan with a state layout needs the ``graph`` it was made for)."""
         makers = {"compute": lambda a: Compute(int(a[0]), int(a[1]), tuple(int(i) for i in a[2]), int(a[3])),
                   "free": lambda a: Free(int(a[0]), int(a[1])), "offload": lambda a: Offload(int(a[0]), int(a[1])),
-                  "prefetch": lambda a: Prefetch(int(a[0]), int(a[1]), int(a[2])), "wait": lambda a: Wait(int(a[0]))}
+                  "prefetch": lambda a: Prefetch(int(a[0]), int(a[1]), int(a[2])), "wait": lambda a: Wait(int(a[0])),
+                  "fetch_state": lambda a: FetchState(int(a[0])), "drop_state": lambda a: DropState(int(a[0])),
+                  "save_state": lambda a: SaveState(int(a[0]))}
         try:
             stmts = [makers[s[0]](s[1:]) for s in data["statements"]]
-            return cls(stmts, int(data["num_nodes"]))
+            layout = None
+            if data.get("layout") is not None:
+                if graph is None:
+                    raise ValueError("the plan has a state layout: pass the graph")
+                from .state import StateLayout
+
+                layout = StateLayout.from_dict(graph, data["layout"])
+            return cls(stmts, int(data["num_nodes"]), layout=layout)
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise InvalidPlanError(f"not a host plan: {exc!r}") from None
 
     def __repr__(self) -> str:
+        state = f", {len(self.dropped_blocks())} state blocks moved" if self.layout is not None else ""
         return (f"<HostPlan: {sum(1 for s in self.statements if isinstance(s, Compute))} computes, "
-                f"{self.num_offloads} offloads, {self.num_prefetches} prefetches>")
+                f"{self.num_offloads} offloads, {self.num_prefetches} prefetches{state}>")
+
+
+_STATE_NAMES = {FetchState: "fetch_state", DropState: "drop_state", SaveState: "save_state"}
 
 
 def host_plan_from_execution_plan(plan: ExecutionPlan) -> HostPlan:

@@ -20,6 +20,20 @@ Model (``docs/offload.rst``):
 * host memory counts a slot from its ``Offload`` until the copy of its last
   ``Prefetch`` ends (a slot never read back: until its own copy ends).
 
+* with a state layout (:mod:`remat_core.host.state`), every block starts on
+  the device (inside ``fixed_bytes``, as without a host tier). A
+  ``DropState`` removes a block after any copy on it has ended; a
+  ``FetchState`` adds it when issued and copies it in (the drops before the
+  first computation place a block on the host between steps: the device peak
+  is taken from the first allocation on); a ``Compute`` needs
+  the blocks its node reads or writes on the device (it waits for a fetch); a
+  gradient block off the device is allocated by its writer's compute (counted
+  at that instant); a ``SaveState`` copies a gradient to the host. A
+  gradient may only be dropped before its first write or once saved after
+  its last write. Host memory holds every parameter and input block the
+  plan drops (their master copies) for the whole step and each saved
+  gradient from its save on.
+
 Without copies the device peak is :func:`remat_core.replay`'s and the time is
 the plan's compute cost.
 """
@@ -36,7 +50,7 @@ import numpy as np
 
 from ..graph import Graph
 from ..plan import Compute, Free, InvalidPlanError
-from .plan import HostPlan, Offload, Prefetch, Wait
+from .plan import DropState, FetchState, HostPlan, Offload, Prefetch, SaveState, Wait
 
 __all__ = ["HostSimulation", "simulate_host", "cost_per_second", "validate_bandwidth", "DEFAULT_HOST_BANDWIDTH",
            "DEFAULT_FLOPS_PER_S"]
@@ -205,8 +219,12 @@ def simulate_host(graph: Graph, plan: HostPlan, host_bandwidth: Any = None, cost
         raise TypeError(f"`plan` must be a remat_core.host.HostPlan; got {type(plan).__name__}")
     if plan.num_nodes != graph.n:
         raise InvalidPlanError(f"the plan has {plan.num_nodes} nodes but the graph has {graph.n}")
+    layout = plan.layout
+    if layout is not None and layout.fixed_bytes != graph.fixed_bytes:
+        raise InvalidPlanError(f"the plan's state layout is for {layout.fixed_bytes} fixed bytes; the graph has "
+                               f"{graph.fixed_bytes}")
     bw = validate_bandwidth(host_bandwidth)
-    has_copies = any(isinstance(s, (Offload, Prefetch)) for s in plan.statements)
+    has_copies = any(isinstance(s, (Offload, Prefetch, FetchState, SaveState)) for s in plan.statements)
     if has_copies and bw is None:
         raise ValueError("`host_bandwidth` must be a positive number of bytes/s for a plan that copies to the host")
     cps = cost_per_second(graph, cost_per_s) if has_copies and bw != math.inf else 1.0
@@ -231,7 +249,9 @@ def simulate_host(graph: Graph, plan: HostPlan, host_bandwidth: Any = None, cost
     host_events: list[tuple[float, int]] = []
     copies: list[tuple[str, int, float, float]] = []
     current = graph.fixed_bytes
-    peak = current
+    # with a state layout, the drops before the first computation say where the state lies between steps: the
+    # peak is taken from the first allocation on
+    peak = current if layout is None else 0
     tc = tx = 0.0
     compute_cost = 0.0
     copied = 0
@@ -241,6 +261,18 @@ def simulate_host(graph: Graph, plan: HostPlan, host_bandwidth: Any = None, cost
     def wait(r: int, now: float, out: bool = True) -> float:
         ends = [pending_in.pop(r, now)] + ([pending_out.pop(r, now)] if out else [])
         return max([now] + ends)
+
+    blocks = layout.blocks if layout is not None else ()
+    on_device = [True] * len(blocks)    # every block starts inside fixed_bytes
+    state_pending: dict[int, float] = {}   # block -> end of the copy on it
+    written = [False] * len(blocks)        # a gradient holds writes
+    saved = [False] * len(blocks)          # ... all of them copied to the host
+    for j in sorted({s.block for s in plan.statements if isinstance(s, DropState)}):
+        if blocks[j].kind != "grad":       # the master copy of a dropped parameter or input lives on the host
+            host_events.append((0.0, blocks[j].nbytes))
+    # blocks on the host between steps: dropped before the first computation
+    first_compute = next((i for i, s in enumerate(plan.statements) if isinstance(s, Compute)), len(plan.statements))
+    between_host = {s.block for s in plan.statements[:first_compute] if isinstance(s, DropState)}
 
     for pos, s in enumerate(plan.statements):
         if isinstance(s, Compute):
@@ -255,6 +287,26 @@ def simulate_host(graph: Graph, plan: HostPlan, host_bandwidth: Any = None, cost
                                            f"which does not hold live node {i}")
                 if r in pending_in:   # a prefetch still running (a copy out does not block reads)
                     tc = wait(r, tc, out=False)
+            grown = 0
+            for j in (layout.need_indices(k) if layout is not None else ()):
+                b = blocks[j]
+                if b.kind == "grad":
+                    if not on_device[j]:
+                        if written[j]:
+                            raise InvalidPlanError(f"statement {pos}: node {k} writes gradient block {j} "
+                                                   f"({b.name!r}), which was dropped after earlier writes")
+                        on_device[j] = True
+                        grown += b.nbytes
+                    if state_pending.get(j, -1.0) > tc:   # its save must end before it is written again
+                        tc = state_pending.pop(j)
+                    written[j], saved[j] = True, False
+                else:
+                    if not on_device[j]:
+                        raise InvalidPlanError(f"statement {pos}: node {k} reads state block {j} ({b.name!r}), "
+                                               f"which is not on the device")
+                    if j in state_pending:
+                        tc = max(tc, state_pending.pop(j))
+            current += grown
             if s.register in used:
                 raise InvalidPlanError(f"statement {pos} writes register {s.register} a second time")
             used.add(s.register)
@@ -309,12 +361,67 @@ def simulate_host(graph: Graph, plan: HostPlan, host_bandwidth: Any = None, cost
             remaining[s.host] -= 1
             if remaining[s.host] == 0:
                 host_events.append((tx, -int(mem[s.node])))
+        elif isinstance(s, DropState):
+            j = s.block
+            b = blocks[j]
+            if not on_device[j]:
+                raise InvalidPlanError(f"statement {pos} drops state block {j} ({b.name!r}), which is not on "
+                                       f"the device")
+            if b.kind == "grad" and written[j] and not saved[j]:
+                raise InvalidPlanError(f"statement {pos} drops gradient block {j} ({b.name!r}) with writes not "
+                                       f"saved to the host")
+            if j in state_pending:
+                tc = max(tc, state_pending.pop(j))
+            on_device[j] = False
+            current -= b.nbytes
+        elif isinstance(s, FetchState):
+            j = s.block
+            b = blocks[j]
+            if b.kind == "grad":
+                raise InvalidPlanError(f"statement {pos} fetches gradient block {j} ({b.name!r}): a gradient is "
+                                       f"allocated by its writer, not fetched")
+            if on_device[j]:
+                raise InvalidPlanError(f"statement {pos} fetches state block {j} ({b.name!r}), which is already "
+                                       f"on the device")
+            on_device[j] = True
+            current += b.nbytes
+            peak = max(peak, current)
+            start = max(tc, tx)
+            tx = start + copy_time(b.nbytes)
+            state_pending[j] = tx
+            copied += b.nbytes
+            copies.append(("fetch", -1 - j, start, tx))
+        elif isinstance(s, SaveState):
+            j = s.block
+            b = blocks[j]
+            if b.kind != "grad" or not on_device[j] or not written[j] or saved[j]:
+                raise InvalidPlanError(f"statement {pos} saves state block {j} ({b.name!r}): only a gradient "
+                                       f"on the device with unsaved writes can be saved")
+            start = max(tc, tx)
+            tx = start + copy_time(b.nbytes)
+            state_pending[j] = tx
+            saved[j] = True
+            copied += b.nbytes
+            copies.append(("save", -1 - j, start, tx))
+            host_events.append((tc, b.nbytes))
         else:  # Wait
             if s.register not in holds:
                 raise InvalidPlanError(f"statement {pos} waits on register {s.register}, which is not live")
             tc = wait(s.register, tc)
     if holds:
         raise InvalidPlanError(f"registers still live at the end of the plan: {sorted(holds)[:10]}")
+    for j, b in enumerate(blocks):   # the state lies where the next step expects it
+        if b.kind != "grad" and j not in between_host and not on_device[j]:
+            raise InvalidPlanError(f"state block {j} ({b.name!r}) is on the device between steps (not dropped before "
+                                   f"the first computation) but off it at the end of the plan")
+        g = layout.grad_index[j]
+        if g >= 0 and (j in between_host) != (written[g] and saved[g]):
+            raise InvalidPlanError(f"parameter block {j} ({b.name!r}) is on the "
+                                   f"{'host' if j in between_host else 'device'} between steps but its gradient "
+                                   f"block {g} ({blocks[g].name!r}) is {'' if saved[g] else 'not '}saved to the host: "
+                                   f"the optimizer updates a parameter where its gradient is")
+    if state_pending:   # the step ends when the last copy of the state does
+        tc = max([tc] + list(state_pending.values()))
     # host peak: allocations before releases at the same instant (the conservative order)
     host_peak = host_now = 0
     host_timeline = []

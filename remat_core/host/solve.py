@@ -15,7 +15,11 @@
 and returns the fastest plan that fits, judged by
 :func:`~remat_core.host.simulate_host` (time = compute + stalls). So the
 joint plan is never slower than remat alone or offload alone at the same
-budget, when those fit. ``method="pofo"``, ``method="offload-all"``,
+budget, when those fit. With a ``state_layout``
+(:mod:`remat_core.host.state`), the offloads added to the remat plans may also
+move the training state (parameters, gradients, the input batch) to the host
+between its uses, which lowers the smallest budget any plan can have
+(:func:`~remat_core.host.state.state_floor_bytes`). ``method="pofo"``, ``method="offload-all"``,
 ``method="dtr-swap"`` and ``method="offload-milp"`` (:mod:`remat_core.host.milp`)
 ask for one of them only. Without a bandwidth (``None`` or ``0``) nothing
 changes: the call is :func:`remat_core.solve` without the host tier.
@@ -41,7 +45,7 @@ from .plan import HostPlan
 from .pofo import pofo_plan, pofo_solve
 from .simulate import HostSimulation, simulate_host, validate_bandwidth
 
-__all__ = ["HostResult", "solve_offload", "host_result_from_dict", "HOST_METHODS"]
+__all__ = ["HostResult", "solve_offload", "host_result_from_dict", "remat_bases", "HOST_METHODS"]
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +145,7 @@ def host_result_from_dict(graph: Graph, data: Mapping[str, Any], cost_per_s: flo
         raise InvalidPlanError(f"`{argument}` holds no host plan (write it with include_schedule=True or "
                                f"`remat solve --schedule --out`)")
     try:
-        plan = HostPlan.from_dict(data["host_plan"])
+        plan = HostPlan.from_dict(data["host_plan"], graph)
     except InvalidPlanError as exc:
         raise InvalidPlanError(f"`{argument}`: {exc}") from None
     bw = validate_bandwidth(data.get("host_bandwidth"), f"{argument}['host_bandwidth']")
@@ -173,7 +177,7 @@ def host_result_from_dict(graph: Graph, data: Mapping[str, Any], cost_per_s: flo
 
 def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_bandwidth: Any = None,
                   cost_per_s: float | None = None, base_budgets: int = 5, bases: Any = None,
-                  schedule_required: bool = False, **options: Any) -> RematResult:
+                  schedule_required: bool = False, state_layout: Any = None, **options: Any) -> RematResult:
     """The fastest plan within ``budget_bytes`` with remat, offloading, or both.
 
     Parameters
@@ -202,6 +206,12 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
     bases : sequence of Schedule or ExecutionPlan, optional
         Remat plans to start from instead of solving for them (a sweep reuses
         its plans this way); checkpoint-all is always added.
+    state_layout : StateLayout, optional
+        Blocks of ``fixed_bytes`` (parameters, gradients, the input batch)
+        the joint plans may keep on the host between their uses
+        (:func:`~remat_core.host.state.zoo_state_layout` builds one for the
+        zoo models). Plans that move them have ``host_plan.layout`` set; the
+        PyTorch executor does not run those.
     **options
         Passed to the remat method; a ``time_limit_s`` is shared among the
         ``base_budgets`` solves.
@@ -240,6 +250,15 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
         return remat_solve(graph, budget, method=method, **options)
     if isinstance(base_budgets, bool) or not isinstance(base_budgets, int) or base_budgets < 1:
         raise ValueError(f"`base_budgets` must be a positive integer; got {base_budgets!r}")
+    if state_layout is not None:
+        from .state import StateLayout
+
+        if not isinstance(state_layout, StateLayout) or state_layout.num_nodes != graph.n \
+                or state_layout.fixed_bytes != graph.fixed_bytes:
+            raise TypeError(f"`state_layout` must be a StateLayout of this graph; got {state_layout!r}")
+        if schedule_required:
+            raise ValueError("`state_layout` cannot be combined with `schedule_required` (the PyTorch executor "
+                             "does not move the training state)")
     start = time.perf_counter()
     cands: list[tuple[str, HostPlan, Schedule | None]] = []
     if method == "pofo":
@@ -263,36 +282,26 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
         if plan is not None:
             cands.append(("offload-lp-rounding", plan, None))
     else:
-        starts: list[tuple[str, Schedule]] = []
+        starts: list[tuple[str, Any]] = []
         if bases is not None:
             for i, sched in enumerate(bases):
+                name = f"base {i}"
+                if isinstance(sched, tuple) and len(sched) == 2 and isinstance(sched[0], str):
+                    name, sched = sched
                 if isinstance(sched, ExecutionPlan) and sched.num_nodes == graph.n:
-                    starts.append((f"base {i}", sched))
+                    starts.append((name, sched))
                 elif isinstance(sched, Schedule) and sched.n == graph.n:
-                    starts.append((f"base {i}", sched))
+                    starts.append((name, sched))
                 else:
                     raise TypeError(f"`bases` must hold Schedules or ExecutionPlans of this graph; entry {i} is "
                                     f"{sched!r}")
         else:
-            top = checkpoint_all_peak_bytes(graph)
-            # dense near the budget (a plan for a little more memory needs few offloads): budget * (top /
-            # budget) ** x for x = 0, 0.01, 0.03, 0.09, 0.27, ...
-            ladder = sorted({int(budget * (top / budget) ** (0.01 * 3 ** (i - 1) if i else 0.0))
-                             for i in range(base_budgets)} | {budget}) if budget < top else []
-            opts = dict(options)
-            if opts.get("time_limit_s") is not None and ladder:   # the caller's limit covers the whole ladder
-                opts["time_limit_s"] = float(opts["time_limit_s"]) / len(ladder)
-            for b in ladder:
-                res = remat_solve(graph, b, method=method, **opts)
-                if res.success:   # a run recorded as events (dtr) starts from that run, the schedule its stage form
-                    seq = getattr(res, "sequence", None)
-                    use_seq = seq is not None and not (schedule_required and res.schedule is not None)
-                    starts.append((f"{method} at {b} bytes",
-                                   plan_from_sequence(graph, seq) if use_seq else res.schedule))
+            starts = remat_bases(graph, budget, method, base_budgets, schedule_required, **options)
         ck_sched, ck_plan = checkpoint_all(graph)
         starts.append(("checkpoint-all", ck_sched))
         for name, sched in starts:
-            plan = offload_to_budget(graph, ck_plan if sched is ck_sched else sched, budget, bw, cost_per_s)
+            plan = offload_to_budget(graph, ck_plan if sched is ck_sched else sched, budget, bw, cost_per_s,
+                                     layout=state_layout)
             if plan is not None:
                 cands.append((name + (" + offload" if plan.num_offloads else ""), plan,
                               sched if isinstance(sched, Schedule) else None))
@@ -334,8 +343,38 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
     res.message = f"{name}: time {sim.time:g} (compute {sim.compute_cost:g}, stalls {sim.stall:g})"
     res.stats.update(plan=name, compute_cost=sim.compute_cost, stall=sim.stall, recomputations=sim.recompute_count,
                      offloaded_values=len(plan.offloaded_nodes()), copied_bytes=sim.copied_bytes,
-                     peak_host_bytes=sim.peak_host_bytes, host_bandwidth=bw, candidates=table)
+                     peak_host_bytes=sim.peak_host_bytes, host_bandwidth=bw, candidates=table,
+                     state_blocks_moved=len(plan.dropped_blocks()) if plan.layout is not None else 0)
     return res
+
+
+def remat_bases(graph: Graph, budget_bytes: int, method: str = "auto", base_budgets: int = 5,
+                schedule_required: bool = False, **options: Any) -> list:
+    """The remat plans the joint search of :func:`solve_offload` starts from: ``(name, plan)`` pairs.
+
+    ``method``'s plans at ``budget_bytes * (peak / budget_bytes) ** x`` for ``x
+    = 0, 0.01, 0.03, 0.09, ...`` (``base_budgets`` of them; ``peak`` is
+    checkpoint-all's), the ones that exist. They do not depend on the
+    bandwidth: pass them as ``bases`` to plan one graph for several.
+    """
+    from ..solvers import solve as remat_solve, validate_budget
+
+    budget = validate_budget(budget_bytes)
+    top = checkpoint_all_peak_bytes(graph)
+    # dense near the budget (a plan for a little more memory needs few offloads)
+    ladder = sorted({int(budget * (top / budget) ** (0.01 * 3 ** (i - 1) if i else 0.0))
+                     for i in range(base_budgets)} | {budget}) if budget < top else []
+    opts = dict(options)
+    if opts.get("time_limit_s") is not None and ladder:   # the caller's limit covers the whole ladder
+        opts["time_limit_s"] = float(opts["time_limit_s"]) / len(ladder)
+    starts = []
+    for b in ladder:
+        res = remat_solve(graph, b, method=method, **opts)
+        if res.success:   # a run recorded as events (dtr) starts from that run, the schedule its stage form
+            seq = getattr(res, "sequence", None)
+            use_seq = seq is not None and not (schedule_required and res.schedule is not None)
+            starts.append((f"{method} at {b} bytes", plan_from_sequence(graph, seq) if use_seq else res.schedule))
+    return starts
 
 
 def _pofo(graph: Graph, budget: int, bw: float, cost_per_s: float | None, options: dict) -> list:

@@ -2,7 +2,8 @@
 
 Draws what :func:`~remat_core.host.simulate_host` found: device memory at each
 computation, host memory over time, and each copy as a bar on the copy stream
-(offloads and prefetches in two colours), with the stalls shaded. matplotlib
+(copies to the host and back in two colours; the training state's fetches
+and gradient saves among them), with the stalls shaded. matplotlib
 is imported inside :func:`plot_host_timeline`.
 """
 
@@ -51,9 +52,9 @@ def plot_host_timeline(graph: Graph, plan: HostPlan, host_bandwidth: Any, path: 
     ax_dev.set_ylabel("GiB")
     ax_dev.legend(fontsize=8)
     for kind, node, s, e in sim.copies:
-        ax_copy.barh(1 if kind == "offload" else 0, e - s, left=s, height=0.8,
-                     color="tab:orange" if kind == "offload" else "tab:green")
-    ax_copy.set_yticks([0, 1], ["prefetch", "offload"])
+        out = kind in ("offload", "save")   # to the host: activations offloaded, gradients saved
+        ax_copy.barh(1 if out else 0, e - s, left=s, height=0.8, color="tab:orange" if out else "tab:green")
+    ax_copy.set_yticks([0, 1], ["to device", "to host"])
     ax_copy.set_xlabel(f"time ({graph.meta.get('cost_unit', 'cost units')})")
     fig.suptitle(title or f"{graph.name or 'graph'}: time {sim.time:.4g} (stalls {sim.stall:.4g}), device peak "
                  f"{sim.peak_device_bytes / gib:.3g} GiB, host peak {sim.peak_host_bytes / gib:.3g} GiB", fontsize=9)
