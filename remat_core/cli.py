@@ -816,7 +816,9 @@ def build_parser(plugins: bool | Sequence[str] = True) -> argparse.ArgumentParse
     s.add_argument("--host-bandwidth", default=None, help="offload to host memory too, over a link of this many "
                    "bytes/s (e.g. 16GB/s); the cost is then time with the copies' stalls (docs: offload)")
     s.add_argument("--json", action="store_true", help="print the result as JSON (and nothing else) on stdout")
-    s.add_argument("--schedule", action="store_true", help="include the schedule in the JSON (--json, --out)")
+    s.add_argument("--schedule", action="store_true",
+                   help="include the schedule (and the run's event sequence, where there is one) in the JSON "
+                   "(--json, --out)")
     s.add_argument("--out", default=None, help="also write the JSON result to this file")
     s.add_argument("--plot", default=None, help="write the R/S matrices of the schedule (with --host-bandwidth: the "
                    "device and host memory timeline and the copies) to this .png/.svg/.pdf")

@@ -332,7 +332,8 @@ class RematResult:
         return max(0.0, (self.objective - self.lower_bound) / self.objective)
 
     def to_dict(self, include_schedule: bool = False) -> dict[str, Any]:
-        """JSON-ready summary (the schedule only when asked for)."""
+        """JSON-ready summary (the schedule, and the sequence where there is one, only when asked for: a result
+        whose run is recorded only as a sequence, e.g. ``dtr``'s, carries its plan there)."""
         d = {
             "status": self.status.value, "message": self.message, "objective": self.objective,
             "lower_bound": self.lower_bound, "peak_memory_bytes": self.peak_memory_bytes,
@@ -341,6 +342,7 @@ class RematResult:
         }
         if include_schedule:
             d["schedule"] = self.schedule.to_dict() if self.schedule is not None else None
+            d["sequence"] = self.sequence.to_dict() if self.sequence is not None else None
         return d
 
     def __repr__(self) -> str:

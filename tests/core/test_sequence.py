@@ -84,3 +84,27 @@ def test_sequence_json_round_trip_and_bad_json():
                 {"kind": [2], "node": [0]}, {"kind": [0], "node": [True]}):
         with pytest.raises(InvalidScheduleError, match="sequence JSON"):
             OpSequence.from_dict(bad)
+
+
+def test_a_results_json_carries_its_sequence_and_the_cli_writes_it(capsys, tmp_path):
+    # a dtr run recorded only as a sequence must survive to_dict / `remat solve --schedule`: its plan is there
+    from remat_core import make_plan
+    from remat_core.cli import main
+
+    g = linear_graph(12)
+    budget = resolve_budget(g, 0.4)
+    res = solve(g, budget, method="dtr", order="given", find_min_budget=False)
+    assert res.success and res.sequence is not None
+    d = json.loads(json.dumps(res.to_dict(include_schedule=True)))
+    back = OpSequence.from_dict(d["sequence"])
+    assert back == res.sequence and simulate_sequence(g, back).total_cost == res.objective
+    assert make_plan(g, back).num_registers >= 1
+    assert "sequence" not in res.to_dict()
+    plain = solve(g, resolve_budget(g, 1.0), method="checkpoint-all")
+    assert plain.to_dict(include_schedule=True)["sequence"] == (None if plain.sequence is None
+                                                                else plain.sequence.to_dict())
+    out = tmp_path / "r.json"
+    assert main(["solve", "linear:12", "0.4", "--method", "dtr", "--json", "--schedule", "--out", str(out)]) == 0
+    capsys.readouterr()
+    saved = json.loads(out.read_text())
+    assert saved["schedule"] is not None and OpSequence.from_dict(saved["sequence"]) is not None
