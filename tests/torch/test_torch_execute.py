@@ -155,8 +155,9 @@ def test_module_level_plans_without_recomputation_measure_at_most_eager(name):
     """Never worse than doing nothing, at an explicit ``granularity="module"`` too: a node's input is freed after
     the node's last op that reads it and each output after its own last reader (tiny Qwen2: 721,428 B before,
     +1.2% over eager's 713,224), and BatchNorm's running statistics are not copied when nothing after the
-    forward reads them (tiny ResNet: +1,248 B before). A budget above eager's peak gets such a plan; it trains
-    like eager over three SGD steps."""
+    forward reads them (tiny ResNet: +1,248 B before), nor held for a training-mode batch norm backward, which
+    does not read them (tiny ResNet: +192 B before). A budget above eager's peak gets such a plan; it trains like
+    eager over three SGD steps."""
     from hf_cases import loss_step, make, resident_bytes
 
     from remat_torch import rematerialize
@@ -169,7 +170,7 @@ def test_module_level_plans_without_recomputation_measure_at_most_eager(name):
     assert rm.extracted.granularity == "module"   # the caller's granularity is kept
     assert rm.result.schedule.compute_counts().max() == 1
     ours = _hf_peak(rm, batch)
-    assert ours <= eager + 256, (ours, eager)   # scalar temporaries aside
+    assert ours <= eager, (ours, eager)
     ref = copy.deepcopy(model)   # after the measured steps (they updated BatchNorm's statistics)
     opt, opt_ref = torch.optim.SGD(model.parameters(), lr=0.1), torch.optim.SGD(ref.parameters(), lr=0.1)
     for step in range(3):
@@ -202,7 +203,7 @@ def test_a_budget_between_eager_and_the_module_model_gets_no_recomputation():
                        time_limit_s=5)
     assert rm.result.schedule.compute_counts().max() == 1 and rm.extracted.granularity == "op"
     assert rm.extracted.graph.meta["no_remat_from"]["granularity"] == "module"
-    assert _hf_peak(rm, batch) <= eager + 256
+    assert _hf_peak(rm, batch) <= eager
     ref = copy.deepcopy(model)
     opt, opt_ref = torch.optim.SGD(model.parameters(), lr=0.1), torch.optim.SGD(ref.parameters(), lr=0.1)
     for step in range(3):
