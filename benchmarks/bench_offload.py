@@ -320,6 +320,42 @@ def render(rows: list, meta: dict) -> str:
                              f"computes, stalls {m['above']['stall_over_compute']:.2f}x compute"
                              if m["above"]["fits"] else "no plan fits")
                           for m in above) + ".", ""]
+        st = [m for m in mb if "joint_state" in m]
+        if st:
+            lines += ["#### With the training state on the host", "",
+                      "The joint plan whose offloads may also move the parameters, their gradients and the input "
+                      "batch (`solve_offload(..., state_layout=zoo_state_layout(g))`, `remat_core.host.state`): a "
+                      "layer's weights lie on the host between steps and are fetched before its forward and "
+                      "backward nodes, its gradient is saved to the host after its backward node (the optimizer "
+                      "step of those layers runs on the host, as in ZeRO-Offload), and the input batch may leave "
+                      "the device between its readers. The state ceiling is the largest batch whose *state "
+                      "floor* (the resident bytes plus the largest node's inputs, output, workspace and its own "
+                      "weights, gradient and input) is within 16 GB. Searched by bisection from remat alone's "
+                      "largest batch to a resolution of 1 % (each probe takes about a minute on the loaded "
+                      "machine); a cell is a batch whose plan fits 16 GB within the time cap, and the smallest "
+                      "larger batch tried that did not.", "",
+                      _report.table(["model", "GB/s", "remat alone", "joint (activations)", "joint + state",
+                                     "time / cap", "state blocks moved", "host peak GB", "first failing",
+                                     "ceiling", "state ceiling"],
+                                    [[m["model"], f"{m['bandwidth'] / 1e9:g}", m["remat"], m["joint"],
+                                      f"**{m['joint_state']}**",
+                                      f"{m['joint_state_detail']['time_over_cap']:.3f}"
+                                      if m.get("joint_state_detail") else "—",
+                                      (m.get("joint_state_detail") or {}).get("state_blocks_moved", "—"),
+                                      f"{m['joint_state_detail']['peak_host_bytes'] / 1e9:.2f}"
+                                      if m.get("joint_state_detail") else "—",
+                                      m.get("joint_state_failed_at") or "—", m["ceiling"], m["state_ceiling"]]
+                                     for m in st]), ""]
+            for bw in BANDWIDTHS:
+                sub = [m for m in st if m["bandwidth"] == bw]
+                larger = [m["model"] for m in sub if m["joint_state"] > m["remat"]]
+                lines += [f"At {bw / 1e9:g} GB/s, with the state on the host, the joint plan has a larger maximum "
+                          f"batch than remat alone within the time cap on {len(larger)} of {len(sub)} models "
+                          f"({', '.join(larger) or 'none'}).", ""]
+            cmds = meta.get("state_commands") or {}
+            if cmds:
+                lines += ["Commands: " + "; ".join(f"{k}: `{v['command']}`, {v['elapsed_s']:.0f} s"
+                                                   for k, v in cmds.items()) + ".", ""]
         models = list(dict.fromkeys(m["model"] for m in mb))
         for bw in BANDWIDTHS:
             sub = {m["model"]: m for m in mb if m["bandwidth"] == bw}
