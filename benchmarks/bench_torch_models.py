@@ -588,9 +588,12 @@ def plot(results: dict, path: str):
              "torch.compile": ("^:", "C2")}
     for ax, name in zip(axes.flat, names):
         ran = [r for r in results[name]["rows"] if "time_s" in r]
+        def order(r):  # each method's points joined in the order of their settings (torch.compile: 1.0 to 0.0)
+            return -r["budget"] if r["kind"] == "compile" else r["budget"] if r["kind"] == "hf" else -r["peak"]
+
         for method, (fmt, color) in style.items():
-            pts = sorted((r["peak"] / MiB, r["overhead_eager"]) for r in ran
-                         if r["method"] == method and r["kind"] != "eager")
+            pts = [(r["peak"] / MiB, r["overhead_eager"]) for r in sorted(ran, key=order)
+                   if r["method"] == method and r["kind"] != "eager"]
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], fmt, color=color, label=method, mfc="none", ms=7)
         for r in ran:
