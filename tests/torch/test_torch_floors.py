@@ -67,9 +67,9 @@ def test_no_recomputation_plan_measures_at_most_eager(name, granularity):
         assert rm.extracted.graph.meta["no_remat_from"]["predicted_peak_bytes"] > rm.predicted_peak_bytes
     assert 1 in rm.extracted.released_outputs  # the logits: not fixed memory, no tangent
     ours = _peak(rm, batch)
-    # a few bytes of scalar temporaries (the loss's) may differ; before the fix: +25% (the logits and a zero
-    # gradient for them held all step, and a copy of every attention matrix made by dropout(p=0))
-    assert ours <= eager + 1024, (ours, eager)
+    # before the fix: +25% (the logits and a zero gradient for them held all step, and a copy of every
+    # attention matrix made by dropout(p=0)); no allowance since the batch-norm fix of extract.py (session 4)
+    assert ours <= eager, (ours, eager)
     res = resident_bytes(model, batch)
     assert abs(rm.predicted_peak_bytes - (res + ours)) <= 0.05 * (res + ours)
 
@@ -190,7 +190,7 @@ def test_demo_transformer_without_recomputation_measures_at_most_eager():
     eager = peak(copy.deepcopy(model))
     rm = rematerialize(copy.deepcopy(model), tokens, budget=1.0, method="checkpoint-all", granularity="module",
                        cost_model="unit")
-    assert peak(rm) <= eager + 1024
+    assert peak(rm) <= eager
 
 
 def test_conv_bn_relu_without_recomputation_measures_at_most_eager():
@@ -226,4 +226,4 @@ def test_conv_bn_relu_without_recomputation_measures_at_most_eager():
                            cost_model="unit")
         assert any(g.name.endswith("<kept>") for g in rm.extracted.groups)
         ours = peak(rm)
-        assert ours <= eager * 1.01, (granularity, ours, eager)
+        assert ours <= eager, (granularity, ours, eager)
