@@ -717,6 +717,11 @@ _KNAPSACK_LEVELS = (0.8, 0.6, 0.4, 0.2, 0.1, 0.0)
 # solver budgets (fractions of the joint graph's activation memory) whose schedules' saved sets are candidates
 _SOLVER_FRACTIONS = (0.9, 0.75, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.0)
 
+# Under Inductor, at most this many candidates are lowered in search of the smallest plan after none fitted the
+# budget (each lowering takes a second or two); candidates are taken in order of the planning model's peak.
+_SMALLEST_LOWERINGS = 4
+# Solver methods that search until a time limit: the sweep of solver budgets stops at ``time_limit_s`` for them only.
+_TIMED_METHODS = ("auto", "ilp", "lp-rounding")
 # Planning results per joint graph, so that re-planning the same graph (the compile-time check's retries, a second
 # budget for the same model) does not repeat the knapsack solves, the splits and the solver:
 # (graph key, what) -> saved node names, an _Eval, or a remat_core Graph. Oldest entries go first past the bound.
@@ -741,14 +746,81 @@ def _inductor_settings() -> tuple:
 
 
 def _graph_key(joint_module: fx.GraphModule, fused: bool) -> str:
-    """A hash of the prepared joint graph: its code, its inputs' shapes and dtypes, and the fusion setting."""
+    """A hash of the prepared joint graph: its code, its inputs' shapes, dtypes and devices, and the fusion setting."""
     h = hashlib.sha256(joint_module.code.encode())
     for n in joint_module.graph.nodes:
         if n.op == "placeholder":
             v = n.meta.get("val")
-            h.update(repr((n.name, tuple(getattr(v, "shape", ())), str(getattr(v, "dtype", "")))).encode())
+            h.update(repr((n.name, tuple(getattr(v, "shape", ())), str(getattr(v, "dtype", "")),
+                           str(getattr(v, "device", "")))).encode())
     h.update(repr(bool(fused)).encode())
     return h.hexdigest()
+
+
+def _exact_path(key: tuple) -> str | None:
+    """The file of Inductor's cache directory holding ``_EXACT[key]`` across processes, or ``None`` when Inductor's
+    own on-disk cache is off (``torch._inductor.config.fx_graph_cache``).
+
+    The name hashes the key (graph, saved set, memory settings), torch's version and the source of the split and
+    the replay (this file and ``generated.py``), so a change to any of them is a new entry.
+    """
+    try:
+        from torch._inductor import config
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+        if not config.fx_graph_cache:
+            return None
+        global _REPLAY_SOURCE_HASH
+        if _REPLAY_SOURCE_HASH is None:
+            from . import generated
+
+            h = hashlib.sha256()
+            for name in (__file__, generated.__file__):
+                with open(name, "rb") as f:
+                    h.update(f.read())
+            _REPLAY_SOURCE_HASH = h.hexdigest()
+        gkey, saved, settings = key
+        h = hashlib.sha256(repr((gkey, sorted(saved), settings, torch.__version__, _REPLAY_SOURCE_HASH)).encode())
+        return os.path.join(cache_dir(), "remat_generated_peak", h.hexdigest())
+    except (ImportError, AttributeError, OSError, ValueError):     # no usable cache directory: memory only
+        return None
+
+
+_REPLAY_SOURCE_HASH = None
+
+
+def _known_exact(key: tuple) -> int | None:
+    """``_EXACT[key]``, from this process or from the on-disk cache (:func:`_exact_path`), or ``None``."""
+    if key in _EXACT:
+        return _EXACT[key]
+    path = _exact_path(key)
+    if path is None:
+        return None
+    try:
+        with open(path) as f:
+            value = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    _store_exact(key, value, disk=False)
+    return value
+
+
+def _store_exact(key: tuple, value: int, disk: bool = True) -> None:
+    """Records ``_EXACT[key]`` in this process (oldest entries dropped past the bound) and on disk."""
+    if len(_EXACT) >= _PLAN_CACHE_SIZE:
+        _EXACT.pop(next(iter(_EXACT)))
+    _EXACT[key] = int(value)
+    path = _exact_path(key) if disk else None
+    if path is None:
+        return
+    try:    # written whole, then renamed: a reader never sees half a number
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(str(int(value)))
+        os.replace(tmp, path)
+    except OSError as exc:     # a read-only cache directory: this process keeps it in memory only
+        log.debug("remat: the generated code's peak could not be cached on disk: %s", exc)
 
 
 def _cached(key, make: Callable):
@@ -864,9 +936,12 @@ class RematPartitioner(_PartitionerBase):
         def key_of(c) -> tuple:
             return (gkey, frozenset(n.name for n in c[1]))
 
-        def exact(c, stock: bool = False) -> int:
+        def exact(c, stock: bool = False, cached_only: bool = False) -> int | None:
             """The peak of the code Inductor generates for candidate ``c`` (replayed; cached per saved set and
-            Inductor settings); with ``stock``, under Inductor's defaults for ``_BELOW_ONE_PATCHES``."""
+            Inductor settings); with ``stock``, under Inductor's defaults for ``_BELOW_ONE_PATCHES``; with
+            ``cached_only``, ``None`` unless it was computed before."""
+            if cached_only:
+                return _known_exact(key_of(c) + (settings,))
             if stock:
                 with _stock_settings():
                     return _exact_under(c, _inductor_settings())
@@ -874,12 +949,10 @@ class RematPartitioner(_PartitionerBase):
 
         def _exact_under(c, under: tuple) -> int:
             k = key_of(c) + (under,)
-            if k not in _EXACT:
-                if len(_EXACT) >= _PLAN_CACHE_SIZE:
-                    _EXACT.pop(next(iter(_EXACT)))
+            if _known_exact(k) is None:
                 fw, bw, _ = _split(joint_module, c[1], node_info, num_fwd_outputs, finish=True, has_tags=has_tags,
                                    has_rng_tags=has_rng)
-                _EXACT[k] = step_peak(lowered(fw, False), lowered(bw, True), num_fwd_outputs)
+                _store_exact(k, step_peak(lowered(fw, False), lowered(bw, True), num_fwd_outputs))
                 log.debug("remat partitioner: %s: planning model %d, generated code %d bytes", c[0], c[2].peak,
                           _EXACT[k])
             return _EXACT[k]
@@ -928,12 +1001,25 @@ class RematPartitioner(_PartitionerBase):
             if self.force_smallest:     # the backend asks for the smallest plan found, to compile and measure it
                 fitting = [min(candidates, key=lambda c: (peak_of(c), c[2].cost))]
         if not fitting:
-            best = min(candidates, key=lambda c: (peak_of(c), c[2].cost))
-            smallest = peak_of(best)
+            # with Inductor, only plans whose generated code was replayed (or measured) count as found
+            found = [c for c in candidates if not self.fused or _MEASURED.get(key_of(c)) is not None
+                     or exact(c, cached_only=True) is not None] or candidates
+
+            def expected(c) -> int:
+                """What ``c``'s step would measure: its measurement, else its peak scaled up by the margin a
+                compiled step showed over its prediction (``self.scale``, 1.0 before any)."""
+                known = _MEASURED.get(key_of(c))
+                return known if known is not None else int(math.ceil(peak_of(c) / self.scale))
+
+            best = min(found, key=lambda c: (expected(c), c[2].cost))
+            smallest = expected(best)
             frac = (smallest - default.fixed) / max(1, default_peak - default.fixed)
             what = "the code Inductor generates for it" if self.fused else "the planning model"
+            if self.scale < 1.0:
+                what += (f", scaled by 1/{self.scale:.3f}: a compiled step measured that much over its "
+                         "prediction")
             raise CompiledBudgetError(
-                f"`budget` {self._describe(budget_bytes, default, default_peak)} is below the smallest budget at "
+                f"`budget` {self._describe(promised, default, default_peak)} is below the smallest budget at "
                 f"which a plan was found: {format_bytes(smallest)} ({smallest} bytes, {frac:.3f} of activation "
                 f"memory; {what}; compile's own plan peaks at {format_bytes(default_peak)}, the gradients and "
                 f"outputs alone take {format_bytes(default.fixed)})", smallest_bytes=smallest,
@@ -976,27 +1062,44 @@ class RematPartitioner(_PartitionerBase):
         kernels ahead of the kernel that reads them; a cheap recomputed chain
         inlined into several readers keeps its inputs alive until the last), so
         it under-counts: on every candidate measured on tiny GPT-2 and Llama it
-        was below the generated code's peak (by 2-39% of it; 6-30% on T5). Candidates are therefore
-        taken in order of recomputation cost, those whose model peak is already
-        over the budget skipped, and the first whose generated code
-        (``remat_torch.compiled.generated.lowered``, replayed) fits is
-        chosen. When none fits, or the backend asks for the smallest plan, the
-        smallest generated-code peak is searched for, in order of the model's
-        peak, stopping where the model's peak reaches the best found (a bound,
-        since the model under-counts).
+        was below the generated code's peak (by 2-39% of it; 6-30% on T5).
+        Candidates are therefore taken in order of recomputation cost, those
+        whose model peak is already over the budget skipped, and the first
+        whose generated code (``remat_torch.compiled.generated.lowered``,
+        replayed) fits is chosen. Each lowering costs a second or two, so a
+        candidate is not lowered when a cheaper one whose model peak was no
+        larger was already found over the budget (it recomputes more and, by
+        the model, holds more). When none fits, or the backend asks for the
+        smallest plan, the smallest generated-code peak is searched for, in
+        order of the model's peak, stopping where the model's peak reaches the
+        best found (a bound, since the model under-counts) or after
+        ``_SMALLEST_LOWERINGS`` lowerings; a plan found there within the budget
+        is returned.
         """
         if not self.force_smallest:
+            over: list = []     # candidates lowered and found over the budget
             for c in sorted(candidates, key=lambda c: (c[2].cost, c[2].peak)):
-                if c[2].peak <= budget_bytes and peak_of(c) <= budget_bytes and exact(c) <= budget_bytes:
+                if c[2].peak > budget_bytes or peak_of(c) > budget_bytes:
+                    continue
+                if exact(c, cached_only=True) is None and any(r[2].peak <= c[2].peak for r in over):
+                    continue
+                if exact(c) <= budget_bytes:
                     return [c]
-        best = None
+                over.append(c)
+        best, lowered_now = None, 0
         for c in sorted(candidates, key=lambda c: (c[2].peak, c[2].cost)):
             if best is not None and c[2].peak >= peak_of(best):
                 break
+            if exact(c, cached_only=True) is None:
+                if lowered_now >= _SMALLEST_LOWERINGS:
+                    break
+                lowered_now += 1
             exact(c)
             if best is None or (peak_of(c), c[2].cost) < (peak_of(best), best[2].cost):
                 best = c
-        return [best] if self.force_smallest else []
+        if best is not None and (self.force_smallest or peak_of(best) <= budget_bytes):
+            return [best]
+        return []
 
     def _resolve(self, default: _Eval, default_peak: int) -> int:
         f = _fraction(self.budget)
@@ -1017,7 +1120,9 @@ class RematPartitioner(_PartitionerBase):
         so which solver budget gives the best saved set for a given budget is
         not known in advance. The solver runs at the fractions
         ``_SOLVER_FRACTIONS`` of the joint graph's activation memory, most
-        first, until ``time_limit_s``; every projection is re-checked by the
+        first (for the searching methods ``_TIMED_METHODS``, until
+        ``time_limit_s``; the heuristics run at every fraction, so the
+        candidates do not depend on the machine's load); every projection is re-checked by the
         memory model in ``consider``. The candidates do not depend on the
         budget, and schedules are cached per graph, so a second budget for the
         same graph re-uses them. With ``method="auto"`` the solver is ``dtr``
@@ -1034,16 +1139,17 @@ class RematPartitioner(_PartitionerBase):
         top = _cached((gkey, "checkpoint-all"), lambda: solve(graph, 2 ** 62, method="checkpoint-all")
                       .peak_memory_bytes)
         deadline = time.perf_counter() + self.time_limit_s
+        timed = method in _TIMED_METHODS
         for fraction in _SOLVER_FRACTIONS:
             left = deadline - time.perf_counter()
-            if left <= 0:
+            if left <= 0 and timed:
                 return
             target = int(graph.fixed_bytes + fraction * (top - graph.fixed_bytes))
             key = (gkey, "remat", method, target)
             if key in _PLAN_CACHE:
                 names = _PLAN_CACHE[key]
             else:
-                opts = {"time_limit_s": left} if method in ("auto", "ilp", "lp-rounding") else {}
+                opts = {"time_limit_s": max(left, 0.1)} if timed else {}
                 res = solve(graph, target, method=method, **opts)
                 sequence = getattr(res, "sequence", None)
                 names = [n.name for n in _project(graph, order, res.schedule, sequence)] \
@@ -1313,7 +1419,9 @@ def backend(budget=0.5, *, method: str = "auto", time_limit_s: float = 5.0, indu
                 if partitioner.force_smallest:
                     break
                 # the planning model under-counted this plan by measured/model: plan the next one for that much less
-                ratio = plan.model_peak_bytes / max(1, plan.measured_peak_bytes)
+                # (under Inductor the plans are chosen on the replay of their generated code: its ratio)
+                ratio = (plan.planned_peak_bytes if inductor else plan.model_peak_bytes) / max(
+                    1, plan.measured_peak_bytes)
                 partitioner.scale = max(0.3, min(partitioner.scale * 0.95, ratio))
         finally:
             partitioner.force_smallest = False

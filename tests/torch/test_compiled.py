@@ -341,3 +341,70 @@ def test_step_peak_carries_saved_values_into_the_backward():
     # forward: 32 + 1024 + 1024 = 2080; backward: the loss (32) + the saved 1024 (returned as a view, whose
     # commas must not shift the positions) + 2048 = 3104
     assert step_peak(fw, bw, num_fwd_outputs=1) == 3104
+
+
+# ---------------------------------------------------------------- choosing among candidates under Inductor
+
+def _candidates(rows):
+    """Candidates as the partitioner holds them: (source, saved, evaluation) from (name, model peak, cost)."""
+    from remat_torch.compiled import _Eval
+
+    return [(name, [], _Eval(peak=peak, fixed=0, saved_bytes=0, cost=cost, n_saved=0, n_recomputed=0))
+            for name, peak, cost in rows]
+
+
+def _chooser(generated):
+    """``exact`` and ``peak_of`` over a table of generated-code peaks, counting the lowerings."""
+    done: dict = {}
+
+    def exact(c, stock=False, cached_only=False):
+        if cached_only:
+            return done.get(c[0])
+        done[c[0]] = generated[c[0]]
+        return done[c[0]]
+
+    def peak_of(c):
+        return done.get(c[0], c[2].peak)
+
+    return exact, peak_of, done
+
+
+def test_a_candidate_dominated_by_one_found_over_budget_is_not_lowered():
+    # by cost: a (model 90) is over the budget in generated code; b recomputes more and holds more by the model:
+    # not lowered; c holds less by the model and fits
+    cands = _candidates([("a", 90, 1.0), ("b", 95, 2.0), ("c", 80, 3.0)])
+    exact, peak_of, done = _chooser({"a": 120, "b": 99, "c": 98})
+    chosen = RematPartitioner(0.5)._choose_by_generated_code(cands, exact, peak_of, 100)
+    assert [c[0] for c in chosen] == ["c"] and set(done) == {"a", "c"}
+
+
+def test_the_smallest_search_lowers_a_bounded_number_and_returns_a_fit():
+    import remat_torch.compiled as compiled
+
+    rows = [(f"p{i}", 50 + i, float(i)) for i in range(10)]
+    # nothing fits in the cost-ordered pass (every model peak over 40 is lowered only when <= budget)
+    exact, peak_of, done = _chooser({f"p{i}": 200 - i for i in range(10)})
+    assert RematPartitioner(0.5)._choose_by_generated_code(_candidates(rows), exact, peak_of, 40) == []
+    assert len(done) == compiled._SMALLEST_LOWERINGS      # in order of model peak, then it stops
+    assert set(done) == {f"p{i}" for i in range(compiled._SMALLEST_LOWERINGS)}
+    # a plan the smallest search finds within the budget is returned, not refused
+    exact, peak_of, done = _chooser({"a": 130, "b": 95})
+    cands = _candidates([("a", 90, 1.0), ("b", 92, 2.0)])
+    chosen = RematPartitioner(0.5)._choose_by_generated_code(cands, exact, peak_of, 100)
+    assert [c[0] for c in chosen] == ["b"]
+
+
+def test_generated_code_peaks_are_cached_on_disk(tmp_path, monkeypatch):
+    import remat_torch.compiled as compiled
+    from torch._inductor import config
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    key = ("graph-hash", frozenset({"mm", "relu"}), (("allow_buffer_reuse", "False"),))
+    monkeypatch.setattr(compiled, "_EXACT", {})
+    compiled._store_exact(key, 12345)
+    monkeypatch.setattr(compiled, "_EXACT", {})       # a new process
+    assert compiled._known_exact(key) == 12345
+    assert compiled._known_exact(key[:2] + ((("allow_buffer_reuse", "True"),),)) is None    # other settings
+    with config.patch(fx_graph_cache=False):          # Inductor's own cache off: none of ours either
+        monkeypatch.setattr(compiled, "_EXACT", {})
+        assert compiled._exact_path(key) is None and compiled._known_exact(key) is None
