@@ -16,7 +16,7 @@ host_bandwidth`` seconds. What lives here:
 * ``greedy``: offloads inserted into any remat plan until it fits a budget, and
   the offload-everything plan of ``torch.autograd.graph.save_on_cpu``;
 * ``pofo``: the exact dynamic program over keep / offload / recompute on
-  chains;
+  chains, and nested POFO (rotor's recursion inside the recomputed runs);
 * ``dtr``: DTR with swapping to the host as an eviction choice;
 * ``milp``: a MILP over recomputation, offloading and prefetching (small graphs);
 * ``timeline``: the plot of a host plan's memory and copies;
@@ -34,7 +34,7 @@ from .state import StateBlock, StateLayout, state_floor_bytes, zoo_state_layout
 from .simulate import (DEFAULT_FLOPS_PER_S, DEFAULT_HOST_BANDWIDTH, HostSimulation, cost_per_second,
                        simulate_host, validate_bandwidth)
 from .greedy import offload_all_plan, offload_to_budget
-from .pofo import pofo_plan, pofo_solve
+from .pofo import pofo_nested_solve, pofo_plan, pofo_solve
 from .dtr import dtr_swap_plan
 from .solve import HostResult, host_result_from_dict, remat_bases, solve_offload
 
@@ -43,6 +43,7 @@ __all__ = [
     "StateBlock", "StateLayout", "state_floor_bytes", "zoo_state_layout", "remat_bases",
     "HostSimulation", "simulate_host", "cost_per_second", "validate_bandwidth",
     "DEFAULT_HOST_BANDWIDTH", "DEFAULT_FLOPS_PER_S",
-    "offload_to_budget", "offload_all_plan", "pofo_plan", "pofo_solve", "dtr_swap_plan", "HostResult", "solve_offload",
+    "offload_to_budget", "offload_all_plan", "pofo_plan", "pofo_solve", "pofo_nested_solve", "dtr_swap_plan",
+    "HostResult", "solve_offload",
     "host_result_from_dict",
 ]

@@ -24,7 +24,8 @@ label:
 
 The backward runs in *units*, top to bottom: ``S(j)`` is ``b_j`` alone (``f_j``
 kept or offloaded); ``M(s, e)`` recomputes ``f_s .. f_e`` and runs ``b_{e+1}``
-(when ``e < n - 1``; it reads ``f_e``), then ``b_e .. b_s``. The loss is the
+(when ``e < n - 1`` and ``b_{e+1}`` reads ``f_e``; otherwise ``b_{e+1}`` is
+the unit ``S(e + 1)`` before it), then ``b_e .. b_s``. The loss is the
 unit before the first. Each unit starts by waiting for the offloaded values it
 reads, then issues the prefetches of the next unit's offloaded values, so a
 unit's copies overlap the unit before it: the stall is ``max(0, copy time -
@@ -53,9 +54,11 @@ from ..plan import Compute, Free
 from .plan import HostPlan, Offload, Prefetch, Wait
 from .simulate import cost_per_second, validate_bandwidth
 
-__all__ = ["pofo_units", "pofo_plan", "pofo_solve", "LABELS"]
+__all__ = ["pofo_units", "pofo_plan", "pofo_solve", "pofo_nested_solve", "LABELS", "LEAF"]
 
 LABELS = ("K", "O", "R")
+#: The recursion tree of a run recomputed in one sweep (single-level POFO).
+LEAF = ("L",)
 
 
 def _check_labels(info: ChainInfo, labels: Sequence[str]) -> list[str]:
@@ -68,8 +71,12 @@ def _check_labels(info: ChainInfo, labels: Sequence[str]) -> list[str]:
     return labels
 
 
-def pofo_units(labels: Sequence[str]) -> list[tuple]:
+def pofo_units(labels: Sequence[str], reads_input: Sequence[bool] | None = None) -> list[tuple]:
     """Backward units, top to bottom: ``("S", j)`` or ``("M", s, e, top)`` (``top`` is ``e + 1`` or ``None``).
+
+    ``S(e + 1)`` joins the run below it as its top only when ``b_{e+1}``
+    reads ``f_e`` (``reads_input[e + 1]``; default: always); otherwise it
+    runs first, alone, before the run is recomputed.
 
     Examples
     --------
@@ -88,7 +95,7 @@ def pofo_units(labels: Sequence[str]) -> list[tuple]:
         while s - 1 >= 0 and labels[s - 1] == "R":
             s -= 1
         top = None
-        if e + 1 <= n - 1:
+        if e + 1 <= n - 1 and (reads_input is None or reads_input[e + 1]):
             units.pop()   # S(e + 1) becomes the top of this unit
             top = e + 1
         units.append(("M", s, e, top))
@@ -109,33 +116,55 @@ def _lo_hi(unit: tuple) -> tuple[int, int]:
     return unit[1], (unit[3] if unit[3] is not None else unit[2])
 
 
-def _unit_ops(info: ChainInfo, unit: tuple) -> list[tuple]:
-    """A unit's computations and frees after its waits and prefetches: ``("c", node, input nodes)`` and
-    ``("f", node)``, in the order :func:`pofo_plan` emits them."""
+def _bw_ops(info: ChainInfo, j: int) -> list[tuple]:
+    """``b_j`` and the frees after it."""
     n = info.n_forward
+    delta_in = n if j == n - 1 else 2 * n - (j + 1)   # what b_j reads from above: b_{j+1}, or the loss
+    ins = [delta_in, j] + ([j - 1] if info.reads_input[j] else [])
+    return [("c", 2 * n - j, ins), ("f", delta_in), ("f", j)]
 
-    def b(j: int) -> int:
-        return 2 * n - j
 
-    def delta_in(j: int) -> int:   # what b_j reads from above: b_{j+1}, or the loss
-        return n if j == n - 1 else b(j + 1)
-
-    def bw(j: int) -> list[tuple]:
-        ins = [delta_in(j), j] + ([j - 1] if info.reads_input[j] else [])
-        return [("c", b(j), ins), ("f", delta_in(j)), ("f", j)]
-
-    if unit[0] == "S":
-        return bw(unit[1])
-    _, s, e, top = unit
-    ops = [("c", i, [i - 1] if i > 0 else []) for i in range(s, e + 1)]
-    if top is not None:
-        ops += bw(top)
-    for i in range(e, s - 1, -1):
-        ops += bw(i)
+def _seg_ops(info: ChainInfo, s: int, e: int, top: int | None, tree: tuple) -> list[tuple]:
+    """The backward of forward stages ``s .. e`` (and of ``top`` above them) with ``f_{s-1}``, ``f_top`` and
+    the gradient ``b_top`` reads present: recomputed in one sweep and kept (``LEAF``), or rotor's split
+    ``("S", i, right, left)``: ``f_s .. f_{i-1}`` swept keeping ``f_{i-1}`` only, then stages ``i .. e`` by
+    ``right``, then ``s .. i-2`` under ``f_{i-1}`` by ``left`` (``None`` when ``i - 1 == s``)."""
+    if tree[0] == "L":
+        ops = [("c", i, [i - 1] if i > 0 else []) for i in range(s, e + 1)]
+        if top is not None:
+            ops += _bw_ops(info, top)
+        for i in range(e, s - 1, -1):
+            ops += _bw_ops(info, i)
+        return ops
+    _, i, right, left = tree
+    if not s < i <= e:
+        raise ValueError(f"a split of stages {s}..{e} must be at {s + 1}..{e}; got {i}")
+    ops = []
+    for j in range(s, i):
+        ops.append(("c", j, [j - 1] if j > 0 else []))
+        if j > s:
+            ops.append(("f", j - 1))
+    ops += _seg_ops(info, i, e, top, right)
+    if i - 1 > s:
+        ops += _seg_ops(info, s, i - 2, i - 1, left)
+    else:
+        if left is not None:
+            raise ValueError(f"a split of stages {s}..{e} at {i} has no left part; got {left!r}")
+        ops += _bw_ops(info, s)
     return ops
 
 
-def pofo_plan(graph: Graph, labels: Sequence[str]) -> HostPlan:
+def _unit_ops(info: ChainInfo, unit: tuple) -> list[tuple]:
+    """A unit's computations and frees after its waits and prefetches: ``("c", node, input nodes)`` and
+    ``("f", node)``, in the order :func:`pofo_plan` emits them. An ``M`` unit may carry a recursion tree
+    as its fifth entry (nested POFO; default ``LEAF``)."""
+    if unit[0] == "S":
+        return _bw_ops(info, unit[1])
+    _, s, e, top = unit[:4]
+    return _seg_ops(info, s, e, top, unit[4] if len(unit) > 4 else LEAF)
+
+
+def pofo_plan(graph: Graph, labels: Sequence[str], trees: Any = None) -> HostPlan:
     """The host plan of a labelling (see the module docstring).
 
     Parameters
@@ -144,6 +173,10 @@ def pofo_plan(graph: Graph, labels: Sequence[str]) -> HostPlan:
         A chain training graph.
     labels : sequence of {"K", "O", "R"}
         One per forward value.
+    trees : mapping, optional
+        Nested POFO: for the first stage ``s`` of a run of ``R``, the
+        recursion tree of that run (``LEAF`` or ``("S", i, right, left)``,
+        see :func:`pofo_nested_solve`); default ``LEAF`` (one sweep).
 
     Returns
     -------
@@ -193,7 +226,11 @@ def pofo_plan(graph: Graph, labels: Sequence[str]) -> HostPlan:
         if labels[j] == "O":
             out.append(Offload(reg[j], j))
             host[j] = reg[j]
-    units = pofo_units(labels)
+    units = pofo_units(labels, info.reads_input)
+    trees = dict(trees or {})
+    units = [u + (trees.pop(u[1], LEAF),) if u[0] == "M" else u for u in units]
+    if trees:
+        raise ValueError(f"`trees` names runs that do not start at {sorted(trees)}")
     needs = _needs(info, labels, units)
     # the loss: prefetch the first unit's values, compute, drop f_{n-1} if it is recomputed
     for v in needs[0] if units else []:
@@ -210,6 +247,8 @@ def pofo_plan(graph: Graph, labels: Sequence[str]) -> HostPlan:
         stage = next(op[1] for op in ops if op[0] == "c" and op[1] > n)   # the unit's first new node
         for op in ops:
             if op[0] == "c":
+                if op[1] > n:
+                    stage = max(stage, op[1])
                 compute(op[1], op[1] if op[1] > n else stage)   # a recomputation runs in the current stage
             else:
                 free(op[1])
@@ -234,6 +273,9 @@ def _needs(info: ChainInfo, labels: list[str], units: list[tuple]) -> list[list[
 def pofo_solve(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s: float | None = None,
                slot_bytes: int | None = None, mem_slots: int = 400) -> tuple[list[str] | None, float]:
     """The cheapest labelling whose plan fits ``budget_bytes`` (the DP of the module docstring).
+
+    :func:`pofo_nested_solve` also nests rotor's recursion inside the
+    recomputed runs.
 
     Parameters
     ----------
@@ -265,6 +307,46 @@ def pofo_solve(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s:
     >>> pofo_solve(g, 4, host_bandwidth=1.0, slot_bytes=1)   # checkpoint-all needs 6 bytes
     (['O', 'O', 'K', 'K'], 9.0)
     """
+    labels, _, t = _solve(graph, budget_bytes, host_bandwidth, cost_per_s, slot_bytes, mem_slots, nested=False)
+    return labels, t
+
+
+def pofo_nested_solve(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s: float | None = None,
+                      slot_bytes: int | None = None, mem_slots: int = 400,
+                      ) -> tuple[list[str] | None, dict | None, float]:
+    """Nested POFO: the labelling and the recursion trees of its recomputed runs, fastest within the budget.
+
+    The plan space of :func:`pofo_solve`, where each run ``f_s .. f_e`` of
+    ``R`` is processed by any rotor-style recursion tree instead of one sweep:
+    ``LEAF`` (recompute the run, keep it all, run its backward) or ``("S", i,
+    right, left)`` (sweep ``f_s .. f_{i-1}`` keeping ``f_{i-1}`` only, process
+    stages ``i .. e`` by ``right``, then stages ``s .. i-2`` by ``left``, with
+    ``f_{i-1}`` as their top; ``left`` is ``None`` when ``i - 1 == s``). The
+    offload decisions are those of the outer labelling. For each run the DP
+    keeps the Pareto front of (peak above what is resident at the unit's
+    start, compute) over the trees, built from the fronts of the sub-runs; the
+    peaks are rounded up to ``slot_bytes`` (``1``: exact), so the plans fit.
+
+    Returns
+    -------
+    labels : list of str or None
+    trees : dict or None
+        First stage of each run of ``R`` -> its tree (for :func:`pofo_plan`).
+    time : float
+        Compute plus stalls (``inf`` if nothing fits).
+
+    Examples
+    --------
+    >>> from remat_core.zoo import linear_graph
+    >>> g = linear_graph(6).replace(meta={"cost_unit": "s"})
+    >>> pofo_nested_solve(g, 4, host_bandwidth=1e-9, slot_bytes=1)   # single-level POFO needs a 1e9 s copy here
+    (['R', 'R', 'R', 'K', 'R', 'K'], {0: ('S', 2, ('L',), ('L',))}, 18.0)
+    """
+    return _solve(graph, budget_bytes, host_bandwidth, cost_per_s, slot_bytes, mem_slots, nested=True)
+
+
+def _solve(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s: float | None, slot_bytes: int | None,
+           mem_slots: int, nested: bool) -> tuple[list[str] | None, dict | None, float]:
     info = as_chain(graph, "pofo")
     bw = validate_bandwidth(host_bandwidth)
     if bw is None:
@@ -287,6 +369,20 @@ def pofo_solve(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s:
     def up(x: int) -> int:
         return -(-x // q) * q
 
+    def walk_ops(ops: list, start: int) -> tuple[int, float, int]:
+        """Peak of ``ops`` with ``start`` bytes resident, their compute, and the bytes resident after them."""
+        cur = start
+        peak = -math.inf
+        dur = 0.0
+        for op in ops:
+            if op[0] == "c":
+                cur += mem[op[1]]
+                peak = max(peak, cur + ws[op[1]])
+                dur += cost[op[1]]
+            else:
+                cur -= mem[op[1]]
+        return int(peak), dur, cur
+
     def walk(unit: tuple, start: int, below: list[int]) -> tuple[int, float]:
         """Peak above ``start`` bytes resident at the unit's start, and the unit's compute."""
         cur = start
@@ -294,21 +390,55 @@ def pofo_solve(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s:
         for v in below:
             cur += mem[v]
             peak = max(peak, cur)
-        dur = 0.0
-        for op in _unit_ops(info, unit):
-            if op[0] == "c":
-                cur += mem[op[1]]
-                peak = max(peak, cur + ws[op[1]])
-                dur += cost[op[1]]
+        p, dur, _ = walk_ops(_unit_ops(info, unit), cur)
+        return int(max(peak, p)), dur
+
+    fronts: dict[tuple, list] = {}
+
+    def front(s_: int, e: int, top: int | None) -> list[tuple[int, float, tuple]]:
+        """Pareto front of (peak above the start, compute, tree) over the recursion trees of stages s_..e
+        (peaks rounded up to the slot), fastest last; every tree has the same net bytes (see ``net``)."""
+        key = (s_, e, top)
+        if key in fronts:
+            return fronts[key]
+        p, d, _ = walk_ops(_seg_ops(info, s_, e, top, LEAF), 0)
+        cands = [(up(p) if q > 1 else p, d, LEAF)]
+        for i in range(s_ + 1, e + 1):
+            sweep = [op for j in range(s_, i) for op in
+                     ([("c", j, [j - 1] if j > 0 else [])] + ([("f", j - 1)] if j > s_ else []))]
+            p1, c1, held = walk_ops(sweep, 0)          # held: f_{i-1}
+            right = front(i, e, top)
+            dr = net(i, e, top)
+            if i - 1 > s_:
+                left = front(s_, i - 2, i - 1)
             else:
-                cur -= mem[op[1]]
-        return int(peak), dur
+                pl, cl, _ = walk_ops(_bw_ops(info, s_), 0)
+                left = [(pl, cl, None)]
+            for r, cr, tr in right:
+                for lp, cl, tl in left:
+                    pk = max(p1, held + r, held + dr + lp)
+                    cands.append((up(pk) if q > 1 else pk, c1 + cr + cl, ("S", i, tr, tl)))
+        cands.sort(key=lambda x: (x[0], x[1]))
+        out: list = []
+        for c in cands:   # strictly faster as the peak grows
+            if not out or c[1] < out[-1][1] - 1e-12:
+                out.append(c)
+        fronts[key] = out
+        return out
+
+    nets: dict[tuple, int] = {}
+
+    def net(s_: int, e: int, top: int | None) -> int:
+        key = (s_, e, top)
+        if key not in nets:
+            nets[key] = walk_ops(_seg_ops(info, s_, e, top, LEAF), 0)[2]
+        return nets[key]
 
     def options_at(t: int) -> list[tuple[tuple, tuple[str, ...]]]:
         """Units starting at ``t``: S(t), or M(t, e) with or without a top, with their labels."""
         opts = [(("S", t), (lab,)) for lab in ("K", "O") if t <= n - 2 or lab == "K"]
         for e in range(t, n):
-            if e == n - 1:
+            if e == n - 1 or not info.reads_input[e + 1]:   # b_{e+1} runs alone before the run (it is S(e+1))
                 opts.append((("M", t, e, None), ("R",) * (e - t + 1)))
             else:
                 opts += [(("M", t, e, e + 1), ("R",) * (e - t + 1) + (lab,))
@@ -341,14 +471,20 @@ def pofo_solve(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s:
         resident = fixed + (mem[lo - 1] if labprev == "O" and reads_head else 0)
         resident += mem[hi] if lab_of[hi] != "R" else 0
         resident += mem[n] if hi == n - 1 else mem[2 * n - (hi + 1)]
-        bpeak, dur = walk(unit, resident, [])
+        if nested and unit[0] == "M" and unit[2] > unit[1]:
+            _, s_, e, top = unit
+            # fastest first: the first that fits is the best for any state
+            variants = [(resident + r, d, tree) for r, d, tree in reversed(front(s_, e, top))]
+        else:
+            bpeak, dur = walk(unit, resident, [])
+            variants = [(bpeak, dur, None)]
         added = sum(mem[j] for j in range(lo, hi + 1) if lab_of[j] == "K")
-        return (peak, bpeak, dur, fwd, added, lab_of[hi], lo - 1 if labprev == "O" and reads_head else -1,
+        return (peak, variants, fwd, added, lab_of[hi], lo - 1 if labprev == "O" and reads_head else -1,
                 lo - 1 if labprev == "O" and not reads_head else -1)
 
     cache: dict[tuple, tuple] = {}
     # state: (t, kept bytes below t rounded up, label of t-1, the other value the unit below needs or -1)
-    best: dict[tuple, tuple[float, Any, Any]] = {(0, 0, "-", -1): (0.0, None, None)}
+    best: dict[tuple, tuple] = {(0, 0, "-", -1): (0.0, None, None, None)}
     for t in range(n):
         here = [s for s in best if s[0] == t]
         # a state with fewer kept bytes and no more time dominates (the future depends on K only through peaks)
@@ -368,23 +504,29 @@ def pofo_solve(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s:
             time0 = best[state][0]
             _, kept, labprev, extra = state
             for unit, labs in opts:
+                if labprev == "R" and unit[0] == "M":
+                    continue   # the run below would continue this one
                 key = (unit, labs, labprev)
                 if key not in cache:
                     cache[key] = transition(unit, labs, labprev)
-                fpeak, bpeak, dur, fwd, added, top, new_extra, head_below = cache[key]
+                fpeak, variants, fwd, added, top, new_extra, head_below = cache[key]
                 below = [v for v in (extra, head_below) if v >= 0]
-                peak = max(fpeak, bpeak + sum(mem[v] for v in below))
-                if kept + peak > budget:
+                below_bytes = sum(mem[v] for v in below)
+                if kept + fpeak > budget:
                     continue
+                fit = next(((bp, d, tree) for bp, d, tree in variants if kept + bp + below_bytes <= budget), None)
+                if fit is None:
+                    continue
+                _, dur, tree = fit
                 dt = fwd + dur + max(0.0, sum(ct(v) for v in below) - dur)
                 kept2 = kept + added
                 nstate = (_lo_hi(unit)[1] + 1, up(kept2) if q > 1 else kept2, top, new_extra)
                 tot = time0 + dt
                 if nstate not in best or tot < best[nstate][0] - 1e-12:
-                    best[nstate] = (tot, state, list(labs))
+                    best[nstate] = (tot, state, list(labs), (unit[1], tree) if tree is not None else None)
     # the loss, then read the labels back
     final: tuple[float, Any] | None = None
-    for state, (time0, _, _) in best.items():
+    for state, (time0, *_) in best.items():
         t, kept, labprev, extra = state
         if t != n:
             continue
@@ -402,11 +544,14 @@ def pofo_solve(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s:
         if final is None or tot < final[0] - 1e-12:
             final = (tot, state)
     if final is None:
-        return None, math.inf
+        return None, None, math.inf
     labels: list[str] = []
+    trees: dict[int, tuple] = {}
     state = final[1]
     while best[state][1] is not None:
-        _, prev, labs = best[state]
+        _, prev, labs, tree = best[state]
         labels = list(labs) + labels
+        if tree is not None and tree[1] != LEAF:
+            trees[tree[0]] = tree[1]
         state = prev
-    return labels, float(final[0])
+    return labels, trees, float(final[0])

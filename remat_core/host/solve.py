@@ -6,7 +6,9 @@
 * the joint plans: the remat method's plans at budgets from the budget up to
   checkpoint-all's peak, and checkpoint-all itself, each with offloads added
   until it fits (:func:`~remat_core.host.offload_to_budget`); on a chain
-  training graph also the POFO dynamic program (:mod:`remat_core.host.pofo`);
+  training graph also the POFO dynamic program (:mod:`remat_core.host.pofo`),
+  nested (rotor's recursion inside its recomputed runs) on chains of at most
+  :data:`NESTED_MAX_STAGES` forward stages;
 * DTR with swapping as an eviction choice (:mod:`remat_core.host.dtr`), on
   graphs of at most :data:`DTR_SWAP_MAX_NODES` nodes;
 * offload alone: every value saved for the backward on the host, as
@@ -42,7 +44,7 @@ from ..simulate import checkpoint_all_peak_bytes
 from .dtr import dtr_swap_plan
 from .greedy import checkpoint_all, offload_all_plan, offload_to_budget, plan_from_sequence
 from .plan import HostPlan
-from .pofo import pofo_plan, pofo_solve
+from .pofo import pofo_nested_solve, pofo_plan, pofo_solve
 from .simulate import HostSimulation, simulate_host, validate_bandwidth
 
 __all__ = ["HostResult", "solve_offload", "host_result_from_dict", "remat_bases", "HOST_METHODS"]
@@ -50,7 +52,9 @@ __all__ = ["HostResult", "solve_offload", "host_result_from_dict", "remat_bases"
 log = logging.getLogger(__name__)
 
 #: Methods that exist only with a host tier; any other name is the remat method the joint plans start from.
-HOST_METHODS = ("pofo", "offload-all", "dtr-swap", "offload-milp", "offload-lp-rounding")
+HOST_METHODS = ("pofo", "pofo-nested", "offload-all", "dtr-swap", "offload-milp", "offload-lp-rounding")
+#: The joint search also runs nested POFO on chains of at most this many forward stages (its fronts grow fast).
+NESTED_MAX_STAGES = 24
 #: The joint search also runs DTR with swapping on graphs up to this many nodes (it is a Python loop).
 DTR_SWAP_MAX_NODES = 600
 
@@ -186,7 +190,7 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
     budget_bytes : int
         Device bytes, fixed bytes included.
     method : str
-        ``"pofo"`` (chains), ``"offload-all"``, ``"dtr-swap"``,
+        ``"pofo"``, ``"pofo-nested"`` (chains), ``"offload-all"``, ``"dtr-swap"``,
         ``"offload-milp"`` or ``"offload-lp-rounding"`` (small graphs;
         ``time_limit_s`` option), or a remat
         method (default ``"auto"``) whose plans the joint search starts from.
@@ -263,6 +267,8 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
     cands: list[tuple[str, HostPlan, Schedule | None]] = []
     if method == "pofo":
         cands += _pofo(graph, budget, bw, cost_per_s, options)
+    elif method == "pofo-nested":
+        cands += _pofo(graph, budget, bw, cost_per_s, options, nested=True)
     elif method == "offload-all":
         cands.append(("offload-all", offload_all_plan(graph), Schedule.checkpoint_all(graph)))
     elif method == "dtr-swap":
@@ -312,6 +318,8 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
                 cands.append(("dtr-swap", plan, None))
         if is_chain(graph):
             cands += _pofo(graph, budget, bw, cost_per_s, {})
+            if (graph.n - 1) // 2 <= NESTED_MAX_STAGES:   # a chain training graph has 2 n_forward + 1 nodes
+                cands += _pofo(graph, budget, bw, cost_per_s, {}, nested=True)
     best = None
     table = []
     if schedule_required:
@@ -321,7 +329,8 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
         table.append({"plan": name, "time": sim.time, "peak_device_bytes": sim.peak_device_bytes,
                       "fits": sim.peak_device_bytes <= budget})
         if sim.peak_device_bytes > budget:
-            if name.startswith(("pofo", "offload-all", "dtr-swap", "offload-milp", "offload-lp-rounding")):
+            if name.startswith(("pofo", "nested pofo", "offload-all", "dtr-swap", "offload-milp",
+                                "offload-lp-rounding")):
                 continue   # these are not built for a budget: not fitting is an answer, not a bug
             raise ScheduleVerificationError(f"host plan {name!r} simulated at {sim.peak_device_bytes} bytes, over the "
                                             f"budget {budget} bytes")
@@ -377,7 +386,13 @@ def remat_bases(graph: Graph, budget_bytes: int, method: str = "auto", base_budg
     return starts
 
 
-def _pofo(graph: Graph, budget: int, bw: float, cost_per_s: float | None, options: dict) -> list:
+def _pofo(graph: Graph, budget: int, bw: float, cost_per_s: float | None, options: dict,
+          nested: bool = False) -> list:
+    if nested:
+        labels, trees, _ = pofo_nested_solve(graph, budget, bw, cost_per_s, **options)
+        if labels is None:
+            return []
+        return [(f"nested pofo {''.join(labels)} {trees}", pofo_plan(graph, labels, trees), None)]
     labels, _ = pofo_solve(graph, budget, bw, cost_per_s, **options)
     if labels is None:
         return []
