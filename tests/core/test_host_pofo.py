@@ -173,3 +173,11 @@ def test_plan_rejects_bad_trees():
         pofo_plan(g, ["R", "R", "R", "K"], {0: ("S", 0, LEAF, None)})
     with pytest.raises(ValueError, match="`trees`"):
         pofo_plan(g, ["R", "R", "R", "K"], {1: LEAF})
+
+
+def test_pofo_nested_method_and_joint_search():
+    g = linear_graph(6).replace(meta={"cost_unit": "s"})
+    res = solve(g, 4, method="pofo-nested", host_bandwidth=1e-9)
+    assert res.success and res.objective == 18.0 and res.stats["plan"].startswith("nested pofo")
+    joint = solve(g, 4, method="rotor", host_bandwidth=1e-9)   # the joint search runs it on chains
+    assert joint.success and joint.objective <= 18.0 and joint.peak_memory_bytes <= 4
