@@ -158,12 +158,12 @@ def max_batches(name: str, key: str, bw: float) -> dict:
     return out
 
 
-def state_max_batches(entries: list, key: str) -> None:
+def state_max_batches(entries: list, key: str, resolution: float = 0.01) -> None:
     """Adds to the saved maximum-batch entries of one zoo model (one per bandwidth) the joint plan whose offloads
     may also move the training state (parameters, gradients, input batch; :mod:`remat_core.host.state`): the
     largest batch within 16 GB at a time of at most one extra forward pass (``joint_state``), searched by
     bisection from remat alone's largest batch up to the state ceiling (the largest batch whose state floor,
-    :func:`remat_core.host.state_floor_bytes`, is within 16 GB) to a resolution of 1 % of the batch (each probe
+    :func:`remat_core.host.state_floor_bytes`, is within 16 GB) to ``resolution`` of the batch (each probe
     takes minutes on the loaded machine): the value is a batch that passes, with the next one that failed in
     ``joint_state_failed_at``. ``joint_state_ceiling_fits``: whether a plan fits at the state ceiling at any
     time."""
@@ -195,11 +195,11 @@ def state_max_batches(entries: list, key: str) -> None:
 
     def search(passes, lo: int) -> tuple:
         """(a batch in [lo, ceiling] that passes, the smallest larger one that failed or None), by bisection from
-        lo (taken to pass; checked when it is the answer: 0 if it does not) to 1 % of lo."""
+        lo (taken to pass; checked when it is the answer: 0 if it does not) to ``resolution`` x lo."""
         if passes(ceiling):
             return ceiling, None
         hi = ceiling
-        while hi - lo > max(1, lo // 100):
+        while hi - lo > max(1, int(lo * resolution)):
             mid = (lo + hi) // 2
             lo, hi = (mid, hi) if passes(mid) else (lo, mid)
         return (lo if passes(lo) else 0), hi
@@ -331,12 +331,12 @@ def render(rows: list, meta: dict) -> str:
                       "the device between its readers. The state ceiling is the largest batch whose *state "
                       "floor* (the resident bytes plus the largest node's inputs, output, workspace and its own "
                       "weights, gradient and input) is within 16 GB. Searched by bisection from remat alone's "
-                      "largest batch to a resolution of 1 % (each probe takes about a minute on the loaded "
-                      "machine); a cell is a batch whose plan fits 16 GB within the time cap, and the smallest "
-                      "larger batch tried that did not.", "",
+                      "largest batch to the resolution of the last column (each probe takes about a minute on the "
+                      "loaded machine); a cell is a batch whose plan fits 16 GB within the time cap, and the "
+                      "smallest larger batch tried that did not.", "",
                       _report.table(["model", "GB/s", "remat alone", "joint (activations)", "joint + state",
                                      "time / cap", "state blocks moved", "host peak GB", "first failing",
-                                     "ceiling", "state ceiling"],
+                                     "ceiling", "state ceiling", "resolution"],
                                     [[m["model"], f"{m['bandwidth'] / 1e9:g}", m["remat"], m["joint"],
                                       f"**{m['joint_state']}**",
                                       f"{m['joint_state_detail']['time_over_cap']:.3f}"
@@ -344,7 +344,9 @@ def render(rows: list, meta: dict) -> str:
                                       (m.get("joint_state_detail") or {}).get("state_blocks_moved", "—"),
                                       f"{m['joint_state_detail']['peak_host_bytes'] / 1e9:.2f}"
                                       if m.get("joint_state_detail") else "—",
-                                      m.get("joint_state_failed_at") or "—", m["ceiling"], m["state_ceiling"]]
+                                      m.get("joint_state_failed_at") or "—", m["ceiling"], m["state_ceiling"],
+                                      "1 example" if not m.get("state_resolution", 0.01) else
+                                      f"{m.get('state_resolution', 0.01):.0%}"]
                                      for m in st]), ""]
             for bw in BANDWIDTHS:
                 sub = [m for m in st if m["bandwidth"] == bw]
@@ -417,6 +419,8 @@ def main() -> None:
     ap.add_argument("--state-only", action="store_true",
                     help="add the joint plan that also moves the training state to the saved maximum batch search")
     ap.add_argument("--models", default=None, help="with --state-only: a comma-separated subset of the zoo models")
+    ap.add_argument("--resolution", type=float, default=0.01,
+                    help="with --state-only: stop bisecting at this fraction of the batch (0: to one example)")
     args = ap.parse_args()
     if args.report_only:
         _report.rewrite_section_from_results("offload", SECTION, render)
@@ -433,7 +437,9 @@ def main() -> None:
             with open(path) as f:   # re-read: each model's result is saved as soon as it is found
                 data = json.load(f)
             entries = [m for m in data["meta"]["max_batch"] if m["model"] == label]
-            state_max_batches(entries, key)
+            state_max_batches(entries, key, args.resolution)
+            for m in entries:
+                m["state_resolution"] = args.resolution
             data["meta"].setdefault("state_commands", {})[label] = {
                 "command": _report.command_line(), "elapsed_s": time.perf_counter() - start,
                 "machine": _report.machine_line()}
