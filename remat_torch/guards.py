@@ -172,6 +172,8 @@ class ValueReads:
     program: list = field(default_factory=list)  # (op index, func, args, kwargs) in order
     outputs: list = field(default_factory=list)  # op index of each read
     clone_sources: bool = False
+    #: False when the recording stopped at its ``stop_after``-th read: a trace that reads further asks for more
+    complete: bool = True
     _cursor: int = 0
 
     def __bool__(self) -> bool:
@@ -216,12 +218,15 @@ def _is_mutating(func) -> bool:
     return bool(schema is not None and schema.is_mutable)
 
 
-def record_value_reads(model, call_fn, inputs: list, scope_stack: list) -> ValueReads:
+def record_value_reads(model, call_fn, inputs: list, scope_stack: list, stop_after: int | None = None) -> ValueReads:
     """Run the forward once for real and record every value it reads from a tensor.
 
     ``call_fn(state, inputs)`` runs the model with the parameter/buffer dict
     ``state`` on the tensor leaves ``inputs``. Buffers are cloned and the RNG
-    state is restored, so the model is not changed.
+    state is restored, so the model is not changed. With ``stop_after``, the
+    run stops at that many reads (Hugging Face's mask check reads one value
+    before the first layer: the rest of the forward need not run) and the
+    result is marked incomplete if it got there.
     """
     import torch
     from torch.utils._pytree import tree_flatten, tree_map
@@ -265,12 +270,19 @@ def record_value_reads(model, call_fn, inputs: list, scope_stack: list) -> Value
                     keep.append(o)
             if func is local_scalar:
                 reads.append((idx, out, source_location(), scope_stack[-1] if scope_stack else ""))
+                if stop_after is not None and len(reads) >= stop_after:
+                    raise _StopRecording
             return out
 
-    with torch.random.fork_rng(devices=[]), Recorder():
-        call_fn(state, ins)
+    stopped = False
+    with torch.random.fork_rng(devices=[]):
+        try:
+            with Recorder():
+                call_fn(state, ins)
+        except _StopRecording:
+            stopped = True
 
-    rv = ValueReads()
+    rv = ValueReads(complete=not stopped)
     if not reads:
         return rv
     # backward slice from the reads
@@ -307,6 +319,10 @@ def record_value_reads(model, call_fn, inputs: list, scope_stack: list) -> Value
     return rv
 
 
+class _StopRecording(Exception):
+    """Raised inside the recorded forward once ``stop_after`` values were read."""
+
+
 def _refuse(why: str, location: str, scope: str) -> UnsupportedModelError:
     return UnsupportedModelError(
         f"data-dependent control flow: module {scope or '<root>'!r} reads a tensor's value at {location}, "
@@ -335,6 +351,10 @@ def replaying_reads(reads: ValueReads | None):
     def replay(fake_mode, func, arg):
         i = reads._cursor
         loc = source_location()
+        if i >= len(reads.values) and not reads.complete:   # a partial recording: record further
+            from torch._subclasses.fake_tensor import DataDependentOutputException
+
+            raise DataDependentOutputException(func)
         if i >= len(reads.values) or loc != reads.locations[i]:
             raise UnsupportedModelError(
                 f"data-dependent control flow: a tensor's value is read at {loc}, but the recorded run read "
