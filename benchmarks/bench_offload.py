@@ -162,8 +162,8 @@ def state_max_batches(entries: list, key: str, resolution: float = 0.01) -> None
     """Adds to the saved maximum-batch entries of one zoo model (one per bandwidth) the joint plan whose offloads
     may also move the training state (parameters, gradients, input batch; :mod:`remat_core.host.state`): the
     largest batch within 16 GB at a time of at most one extra forward pass (``joint_state``), searched by
-    bisection from remat alone's largest batch up to the state ceiling (the largest batch whose state floor,
-    :func:`remat_core.host.state_floor_bytes`, is within 16 GB) to ``resolution`` of the batch (each probe
+    galloping and bisection from remat alone's largest batch up to the state ceiling (the largest batch whose
+    state floor, :func:`remat_core.host.state_floor_bytes`, is within 16 GB) to ``resolution`` of the batch (each probe
     takes minutes on the loaded machine): the value is a batch that passes, with the next one that failed in
     ``joint_state_failed_at``. ``joint_state_ceiling_fits``: whether a plan fits at the state ceiling at any
     time."""
@@ -194,11 +194,15 @@ def state_max_batches(entries: list, key: str, resolution: float = 0.01) -> None
         return seen[b, bw]
 
     def search(passes, lo: int) -> tuple:
-        """(a batch in [lo, ceiling] that passes, the smallest larger one that failed or None), by bisection from
-        lo (taken to pass; checked when it is the answer: 0 if it does not) to ``resolution`` x lo."""
+        """(a batch in [lo, ceiling] that passes, the smallest larger one that failed or None): the ceiling, else
+        steps of 1, 2, 4, ... above lo (taken to pass; checked when it is the answer: 0 if it does not) until one
+        fails, then bisection to ``resolution`` x lo."""
         if passes(ceiling):
             return ceiling, None
-        hi = ceiling
+        hi, step = ceiling, 1
+        while lo + step < hi and passes(lo + step):
+            lo, step = lo + step, 2 * step
+        hi = min(hi, lo + step)
         while hi - lo > max(1, int(lo * resolution)):
             mid = (lo + hi) // 2
             lo, hi = (mid, hi) if passes(mid) else (lo, mid)
@@ -330,8 +334,9 @@ def render(rows: list, meta: dict) -> str:
                       "step of those layers runs on the host, as in ZeRO-Offload), and the input batch may leave "
                       "the device between its readers. The state ceiling is the largest batch whose *state "
                       "floor* (the resident bytes plus the largest node's inputs, output, workspace and its own "
-                      "weights, gradient and input) is within 16 GB. Searched by bisection from remat alone's "
-                      "largest batch to the resolution of the last column (each probe takes about a minute on the "
+                      "weights, gradient and input) is within 16 GB. Searched from remat alone's largest batch: the "
+                      "state ceiling first, then bisection (runs with the search of steps of 1, 2, 4, ... above it "
+                      "first say so in `offload.json`, `state_search`) to the resolution of the last column (each probe takes about a minute on the "
                       "loaded machine); a cell is a batch whose plan fits 16 GB within the time cap, and the "
                       "smallest larger batch tried that did not.", "",
                       _report.table(["model", "GB/s", "remat alone", "joint (activations)", "joint + state",
@@ -440,6 +445,7 @@ def main() -> None:
             state_max_batches(entries, key, args.resolution)
             for m in entries:
                 m["state_resolution"] = args.resolution
+                m["state_search"] = "ceiling, steps of 1, 2, 4, ..., bisection"
             data["meta"].setdefault("state_commands", {})[label] = {
                 "command": _report.command_line(), "elapsed_s": time.perf_counter() - start,
                 "machine": _report.machine_line()}
