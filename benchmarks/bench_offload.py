@@ -337,8 +337,8 @@ def render(rows: list, meta: dict) -> str:
                       "weights, gradient and input) is within 16 GB. Searched from remat alone's largest batch: the "
                       "state ceiling first, then bisection (runs with the search of steps of 1, 2, 4, ... above it "
                       "first say so in `offload.json`, `state_search`) to the resolution of the last column (each "
-                      "probe takes about a minute on the loaded machine); a cell is a batch whose plan fits 16 GB within the time cap, and the "
-                      "smallest larger batch tried that did not.", "",
+                      "probe takes about a minute on the loaded machine); a cell is a batch whose plan fits 16 GB "
+                      "within the time cap, and the smallest larger batch tried that did not.", "",
                       _report.table(["model", "GB/s", "remat alone", "joint (activations)", "joint + state",
                                      "time / cap", "state blocks moved", "host peak GB", "first failing",
                                      "ceiling", "state ceiling", "resolution"],
