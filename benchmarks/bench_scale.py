@@ -333,7 +333,9 @@ def render_layered(rows: list[dict], meta: dict) -> str:
         f"15% at the smallest found budget; the 300 s column strictly better than 60 s wherever 60 s is not within "
         f"1% of its bound. Goals met: {met}, missed: {missed}. auto ran with the defaults of the run's commit (see "
         "each run's commit; since 0998691/eb23e3e: `stop_gap` 1%, `patience_s` 8 s, between 1% and 5% of its bound the "
-        "search ends once nothing has improved for 8 s, further it runs to the limit; before, `stop_gap` 5%). "
+        "search ends once nothing has improved for 8 s, further it runs to the limit; before, `stop_gap` 5%; since "
+        "7c80fb0/16707c2 that stall window is max(8 s, a tenth of the limit), and where the tenth is longer a stall "
+        "ends only the restarts: the windowed MILP then runs to the limit). "
         "*lns*: windows re-optimized by the exact MILP / improved (remat_core.solvers.lns) in the longest limit's "
         "run. Each solve runs in a fresh process, which pays numba's start-up (3-5 s at a load of 10) out of its "
         "limit. No CP-SAT peer was built (ortools not installed): no peer column.", "",
