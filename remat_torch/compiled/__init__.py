@@ -107,7 +107,9 @@ class CompiledPlan:
     model's. ``candidates`` lists ``(source, model peak, recomputation cost,
     generated-code peak or None)``. ``measured_peak_bytes`` is the compile-time
     check's measurement (``None`` when not verified); ``attempts`` the
-    compiles it took.
+    compiles it took. ``inductor_patches`` are the Inductor settings both
+    halves are compiled with beyond the backend's (empty unless a plan was
+    found only under one of ``_ALTERNATIVE_PATCHES``).
     """
 
     budget_bytes: int
@@ -128,6 +130,7 @@ class CompiledPlan:
     code_peak_bytes: int | None = None
     num_fwd_outputs: int = 1
     planned_peak_bytes: int = 0
+    inductor_patches: dict = dataclasses.field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- op classes
@@ -717,6 +720,14 @@ _KNAPSACK_LEVELS = (0.8, 0.6, 0.4, 0.2, 0.1, 0.0)
 # solver budgets (fractions of the joint graph's activation memory) whose schedules' saved sets are candidates
 _SOLVER_FRACTIONS = (0.9, 0.75, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.0)
 
+# Inductor settings under which the smallest candidates are lowered again when none fits under the backend's own:
+# ``realize_reads_threshold=1`` gives a pointwise result with several readers a buffer instead of inlining it into
+# every reader (which keeps what it reads alive until the last reader). On tiny Llama it lowered the recomputing
+# candidates' generated code by 10-13% (smallest plan 0.777 -> 0.664 of activation memory); on ViT it raised it
+# (0.508 -> 0.580), so it is tried per graph, only where the defaults find no plan, and the plan records it.
+_ALTERNATIVE_PATCHES: tuple = ({"realize_reads_threshold": 1},)
+# how many candidates (smallest model peak first) are lowered again under each of them
+_ALTERNATIVE_LOWERINGS = 2
 # Under Inductor, at most this many candidates are lowered in search of the smallest plan after none fitted the
 # budget (each lowering takes a second or two); candidates are taken in order of the planning model's peak.
 _SMALLEST_LOWERINGS = 4
@@ -833,6 +844,23 @@ def _cached(key, make: Callable):
     return value
 
 
+def _patch_key(c) -> tuple:
+    """Candidate ``c``'s Inductor setting patches as a sorted tuple (empty for a candidate under the defaults)."""
+    return tuple(sorted(c[3].items())) if len(c) > 3 and c[3] else ()
+
+
+@contextlib.contextmanager
+def _patched(c):
+    """Candidate ``c``'s Inductor setting patches applied inside the block."""
+    if not _patch_key(c):
+        yield
+        return
+    from torch._inductor import config
+
+    with config.patch(dict(c[3])):
+        yield
+
+
 try:
     from torch._inductor.custom_graph_pass import CustomPartitionerFn as _PartitionerBase
 except ImportError:    # pragma: no cover - torch versions without custom partitioners are refused at import
@@ -934,21 +962,28 @@ class RematPartitioner(_PartitionerBase):
             return [by_name[x] for x in names]
 
         def key_of(c) -> tuple:
-            return (gkey, frozenset(n.name for n in c[1]))
+            """What identifies candidate ``c``'s compiled code: the graph, its saved set and its Inductor patches."""
+            return (gkey, frozenset(n.name for n in c[1])) + ((_patch_key(c),) if _patch_key(c) else ())
+
+        def ekey(c) -> tuple:
+            """``_EXACT``'s key of candidate ``c``: the graph, its saved set and the memory settings it compiles
+            under (its patches applied)."""
+            with _patched(c):
+                return (gkey, frozenset(n.name for n in c[1]), _inductor_settings())
 
         def exact(c, stock: bool = False, cached_only: bool = False) -> int | None:
             """The peak of the code Inductor generates for candidate ``c`` (replayed; cached per saved set and
             Inductor settings); with ``stock``, under Inductor's defaults for ``_BELOW_ONE_PATCHES``; with
             ``cached_only``, ``None`` unless it was computed before."""
             if cached_only:
-                return _known_exact(key_of(c) + (settings,))
+                return _known_exact(ekey(c))
             if stock:
                 with _stock_settings():
-                    return _exact_under(c, _inductor_settings())
-            return _exact_under(c, settings)
+                    return _exact_under(c, (gkey, frozenset(n.name for n in c[1]), _inductor_settings()))
+            with _patched(c):
+                return _exact_under(c, ekey(c))
 
-        def _exact_under(c, under: tuple) -> int:
-            k = key_of(c) + (under,)
+        def _exact_under(c, k: tuple) -> int:
             if _known_exact(k) is None:
                 fw, bw, _ = _split(joint_module, c[1], node_info, num_fwd_outputs, finish=True, has_tags=has_tags,
                                    has_rng_tags=has_rng)
@@ -962,7 +997,7 @@ class RematPartitioner(_PartitionerBase):
             (Inductor, when known), else the planning model's."""
             known = _MEASURED.get(key_of(c))
             if known is None and self.fused:
-                known = _EXACT.get(key_of(c) + (settings,))
+                known = _EXACT.get(ekey(c))
             return c[2].peak if known is None else known
 
         def fits(c) -> bool:
@@ -996,6 +1031,14 @@ class RematPartitioner(_PartitionerBase):
                     break
         if self.fused and budget_bytes < default_peak:
             fitting = self._choose_by_generated_code(candidates, exact, peak_of, budget_bytes)
+            if not fitting and not self.force_smallest:
+                # nothing fits under Inductor's settings: the same saved sets, smallest model peak first, under
+                # settings that change what the generated code keeps alive (see _ALTERNATIVE_PATCHES)
+                base = sorted(candidates, key=lambda c: (c[2].peak, c[2].cost))[:_ALTERNATIVE_LOWERINGS]
+                alternatives = [(f"{c[0]} " + " ".join(f"{k}={v}" for k, v in patches.items()), c[1], c[2], patches)
+                                for patches in _ALTERNATIVE_PATCHES for c in base]
+                candidates.extend(alternatives)
+                fitting = self._choose_by_generated_code(alternatives, exact, peak_of, budget_bytes)
         else:
             fitting = [c for c in candidates if fits(c)]
             if self.force_smallest:     # the backend asks for the smallest plan found, to compile and measure it
@@ -1024,11 +1067,11 @@ class RematPartitioner(_PartitionerBase):
                 f"memory; {what}; compile's own plan peaks at {format_bytes(default_peak)}, the gradients and "
                 f"outputs alone take {format_bytes(default.fixed)})", smallest_bytes=smallest,
                 smallest_fraction=frac)
-        source, saved, ev = min(fitting, key=lambda c: (c[2].cost, c[2].peak))
+        chosen = min(fitting, key=lambda c: (c[2].cost, c[2].peak))
+        source, saved, ev = chosen[:3]
         fw, bw, _ = _split(joint_module, saved, node_info, num_fwd_outputs, finish=True, has_tags=has_tags,
                            has_rng_tags=has_rng)
         final = _evaluate(fw, bw, num_fwd_outputs, fw_names, self.fused)
-        chosen = (source, saved, ev)
         # re-checked on the finished halves (the finishing passes only reorder getitems): with Inductor the
         # generated code's peak (the same split, cached), else the planning model's
         predicted = exact(chosen) if self.fused and budget_bytes < default_peak else final.peak
@@ -1036,16 +1079,16 @@ class RematPartitioner(_PartitionerBase):
             raise RematError(f"the chosen plan ({source}) peaks at {predicted} bytes after finishing, over the "
                              f"budget of {budget_bytes} bytes (a bug)")
         self.last_saved = frozenset(n.name for n in saved)
-        self.last_key = (gkey, self.last_saved)
+        self.last_key = key_of(chosen)
         plan = CompiledPlan(budget_bytes=promised, model_budget_bytes=budget_bytes, predicted_peak_bytes=predicted,
                             fixed_bytes=default.fixed,
                             default_peak_bytes=default_peak, saved_bytes=final.saved_bytes,
                             recompute_cost=final.cost, source=source, n_saved=final.n_saved,
                             n_recomputed=final.n_recomputed, plan_time_s=time.perf_counter() - start,
-                            candidates=[(c[0], c[2].peak, c[2].cost, _EXACT.get(key_of(c) + (settings,)))
+                            candidates=[(c[0], c[2].peak, c[2].cost, _EXACT.get(ekey(c)))
                                         for c in candidates],
                             model_peak_bytes=final.peak, num_fwd_outputs=num_fwd_outputs,
-                            planned_peak_bytes=predicted)
+                            planned_peak_bytes=predicted, inductor_patches=dict(_patch_key(chosen)))
         self.plans.append(plan)
         log.info("remat partitioner: %s, predicted peak %s of budget %s (planning model %s), %d saved, "
                  "%d recomputed, %.1f s", source, format_bytes(predicted), format_bytes(budget_bytes),
@@ -1196,7 +1239,12 @@ def _measure_step(compiled: Callable, example_inputs) -> int | None:
 
     Inputs are fresh tensors of the same shapes (random floats, zero
     integers), so nothing the caller owns is read or written. The backward
-    gets ones for every output that requires a gradient (a loss's tangent).
+    starts from the first one-element output that requires a gradient, as
+    ``loss.backward()`` does (a model returning its loss and its logits:
+    autograd passes zeros for the logits); without one, from ones for every
+    output that requires a gradient. (Ones for every output made tiny
+    Mistral's step measure 321,800 bytes where ``loss.backward()`` measures
+    298,540 and the replay of its code predicts 298,548.)
     """
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
@@ -1215,7 +1263,10 @@ def _measure_step(compiled: Callable, example_inputs) -> int | None:
             outs = compiled(*args)
             outs = [o for o in (outs if isinstance(outs, (list, tuple)) else [outs])
                     if isinstance(o, torch.Tensor) and o.requires_grad]
-            if outs:
+            losses = [o for o in outs if o.numel() == 1]
+            if losses:      # a training step: ``loss.backward()`` (autograd passes zeros for the other outputs)
+                torch.autograd.backward(losses[:1])
+            elif outs:
                 torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
 
         try:
@@ -1282,13 +1333,17 @@ def _replaying_inner_compile(partitioner: "RematPartitioner") -> Callable:
     state: dict = {"n_plans": len(partitioner.plans)}
 
     def inner(gm, example_inputs, **kwargs):
-        with recording() as records:
+        from torch._inductor import config
+
+        if not kwargs.get("is_backward"):   # the partitioner has just planned this forward and its backward
+            new_plan = len(partitioner.plans) > state["n_plans"]
+            state["plan"] = partitioner.plans[-1] if new_plan else None
+        patches = getattr(state.get("plan"), "inductor_patches", None) or {}
+        with recording() as records, config.patch(patches):     # both halves under the settings planned for
             out = compile_fx_inner(gm, example_inputs, **kwargs)
         if not records:     # cached code, or nothing generated
             return out
         if not kwargs.get("is_backward"):
-            new_plan = len(partitioner.plans) > state["n_plans"]
-            state["plan"] = partitioner.plans[-1] if new_plan else None
             state["forward"] = records[-1]
         elif state.get("plan") is not None and state.get("forward") is not None:
             plan = state["plan"]
