@@ -1147,12 +1147,16 @@ def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def _copy_written(func, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """``args`` with every tensor the operator writes into copied (the replay must not write twice)."""
-    if not isinstance(func, torch._ops.OpOverload):
-        return args, kwargs
-    schema = func._schema
-    names = [a.name for a in schema.arguments]
-    written = set(_written_positions(func, schema))
-    written |= _UNANNOTATED_WRITES.get(func, set())
+    got = _COPY_INFO.get(id(func))
+    if got is None:   # read the schema once per operator: every replay comes here
+        if isinstance(func, torch._ops.OpOverload):
+            schema = func._schema
+            written = set(_written_positions(func, schema)) | _UNANNOTATED_WRITES.get(func, set())
+            got = (func, [a.name for a in schema.arguments], frozenset(written))
+        else:
+            got = (func, [], frozenset())
+        _COPY_INFO[id(func)] = got   # holds the operator, so the id stays its own
+    _, names, written = got
     if not written:
         return args, kwargs
 
@@ -1166,6 +1170,9 @@ def _copy_written(func, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     args = tuple(copy(a) if i in written else a for i, a in enumerate(args))
     kwargs = {k: (copy(a) if k in names and names.index(k) in written else a) for k, a in kwargs.items()}
     return args, kwargs
+
+
+_COPY_INFO: dict = {}   # id(operator) -> (operator, argument names, positions it writes)
 
 
 _ANCESTOR_LIMIT = 256
