@@ -169,7 +169,9 @@ def main(argv=None) -> int:
         old = []
         if os.path.exists(args.out):
             with open(args.out) as f:
-                old = [r for r in json.load(f) if r.get("label") != args.label]
+                # a row per label and model: running the models one by one keeps the others' rows
+                done = {(args.label, r["model"]) for r in rows}
+                old = [r for r in json.load(f) if (r.get("label"), r.get("model")) not in done]
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
             json.dump(old + rows, f, indent=1)
