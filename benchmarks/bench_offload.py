@@ -424,11 +424,28 @@ def main() -> None:
     ap.add_argument("--state-only", action="store_true",
                     help="add the joint plan that also moves the training state to the saved maximum batch search")
     ap.add_argument("--models", default=None, help="with --state-only: a comma-separated subset of the zoo models")
+    ap.add_argument("--side-file", default=None,
+                    help="with --state-only: write the models' entries to results/<name>.json instead of "
+                         "offload.json (for a run beside another); --merge-side <name> folds them in")
+    ap.add_argument("--merge-side", default=None, help="fold the entries of results/<name>.json into offload.json")
     ap.add_argument("--resolution", type=float, default=0.01,
                     help="with --state-only: stop bisecting at this fraction of the batch (0: to one example)")
     args = ap.parse_args()
     if args.report_only:
         _report.rewrite_section_from_results("offload", SECTION, render)
+        return
+    if args.merge_side:
+        import json
+
+        with open(os.path.join(_report.RESULTS, args.merge_side + ".json")) as f:
+            side = json.load(f)
+        with open(os.path.join(_report.RESULTS, "offload.json")) as f:
+            data = json.load(f)
+        new = {(m["model"], m["bandwidth"]): m for m in side["max_batch"]}
+        data["meta"]["max_batch"] = [new.get((m["model"], m["bandwidth"]), m) for m in data["meta"]["max_batch"]]
+        data["meta"].setdefault("state_commands", {}).update(side["state_commands"])
+        _report.save_json("offload", data)
+        _report.write_section(SECTION, render(data["rows"], data["meta"]))
         return
     if args.state_only:
         import json
@@ -449,7 +466,15 @@ def main() -> None:
             data["meta"].setdefault("state_commands", {})[label] = {
                 "command": _report.command_line(), "elapsed_s": time.perf_counter() - start,
                 "machine": _report.machine_line()}
-            _report.save_json("offload", data)
+            if args.side_file:
+                side_path = os.path.join(_report.RESULTS, args.side_file + ".json")
+                side = json.load(open(side_path)) if os.path.exists(side_path) else {"max_batch": [],
+                                                                                     "state_commands": {}}
+                side["max_batch"] = [m for m in side["max_batch"] if m["model"] != label] + entries
+                side["state_commands"][label] = data["meta"]["state_commands"][label]
+                _report.save_json(args.side_file, side)
+            else:
+                _report.save_json("offload", data)
             start = time.perf_counter()
         _report.write_section(SECTION, render(data["rows"], data["meta"]))
         return
@@ -463,7 +488,8 @@ def main() -> None:
         data["meta"]["max_batch_command"] = _report.command_line()
         data["meta"]["max_batch_elapsed_s"] = time.perf_counter() - start
         _report.save_json("offload", data)
-        _report.write_section(SECTION, render(data["rows"], data["meta"]))
+        if not args.side_file:
+            _report.write_section(SECTION, render(data["rows"], data["meta"]))
         return
     start = time.perf_counter()
     spans = QUICK_SPANS if args.quick else SPANS
