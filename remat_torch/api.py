@@ -164,8 +164,9 @@ class _RematFunction:
                 params, inputs = tensors[:n_params], tensors[n_params:]
                 buffers = [b for _, b in owner.module.named_buffers()]
                 st = ex.begin(params, buffers, inputs)
-                if ex.eg.untraced_outputs:  # to differentiate them outside the plan if a gradient comes
-                    st.rng_start = _get_rng()
+                # the forward's random numbers, to differentiate outside the plan: outputs traced without a
+                # tangent, and a backward that must itself be differentiable (create_graph=True)
+                st.rng_start = _get_rng()
                 ex.run_forward(st)
                 ex.apply_buffer_updates(owner.module, st)
                 outs = ex.user_outputs(st)
@@ -176,6 +177,7 @@ class _RematFunction:
                 ctx.spec = spec
                 ctx.state = st
                 ctx.n_params = n_params
+                ctx.primals = tensors   # the same storages as the step's values; for a create_graph backward
                 ctx.input_needs = [x.requires_grad for x in inputs]
                 ctx.set_materialize_grads(False)  # no zeros allocated for outputs that get no gradient
                 tangent = set(ex.eg.tangent_outputs) | set(ex.eg.untraced_outputs)
@@ -193,6 +195,11 @@ class _RematFunction:
                 if st is None:
                     raise RematError("backward through a rematerialized step twice is not supported "
                                      "(its activations are freed); run the forward again")
+                if torch.is_grad_enabled():   # create_graph=True: a gradient penalty, a Hessian-vector product
+                    pg, ig = _differentiable_grads(ctx.owner, spec, st, ctx.primals, grad_outputs,
+                                                   ctx.input_needs, ctx.needs_input_grad[3:3 + ctx.n_params])
+                    ctx.state = st   # create_graph retains the graph, as in eager: a later backward may come
+                    return (None, None, None, *pg, *ig)
                 tangents = [grad_outputs[i] for i in ex.eg.tangent_outputs]
                 extra = [(i, grad_outputs[i]) for i in ex.eg.untraced_outputs if grad_outputs[i] is not None]
                 ex.run_backward(st, tangents)
@@ -233,6 +240,27 @@ def _note_kept_outputs(owner, spec, released, skip) -> None:
     owner._learned.setdefault(spec.sig, {"grad": set(), "kept": set()})["kept"].update(i for i, _ in kept)
 
 
+def _eager_rerun(owner, spec, st, params, inputs) -> tuple:
+    """Run the step's forward once more in eager PyTorch with grad on: ``params`` and ``inputs`` as given, a
+    copy of the step's buffers, the forward's random numbers and autocast setting. Returns the tensor outputs
+    (flattened) and the buffer copies."""
+    from torch.func import functional_call
+    from torch.utils._pytree import tree_flatten
+
+    from .execute import _replay_rng
+
+    eg = spec.executor.eg
+    n_p, n_b = eg.n_params, len(eg.buffer_names)
+    buffers = [b.detach().clone() for b in st.values[n_p:n_p + n_b]]
+    state = {**dict(zip(eg.param_names, params)), **dict(zip(eg.buffer_names, buffers))}
+    args, kwargs = eg.call.rebuild(inputs)
+    autocast = (torch.autocast(device_type=eg.device_type, dtype=eg.autocast_dtype)
+                if eg.autocast_dtype is not None else contextlib.nullcontext())
+    with torch.enable_grad(), _replay_rng(st.rng_start), autocast:
+        out = functional_call(owner.module, state, args, kwargs)
+    return [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)], buffers
+
+
 def _add_untraced_grads(owner, spec, st, extra, grads, input_needs) -> list:
     """Add the gradients that reach outputs the plan was traced without a tangent for.
 
@@ -243,30 +271,17 @@ def _add_untraced_grads(owner, spec, st, extra, grads, input_needs) -> list:
     forward's random numbers and the step's buffers) and later calls of this
     kind get a plan that includes it: the gradients are always complete.
     """
-    from torch.func import functional_call
-    from torch.utils._pytree import tree_flatten
-
-    from .execute import _replay_rng
-
     eg = spec.executor.eg
     names = [i for i, _ in extra]
     log.warning("model output(s) %s got a gradient that the plan did not expect (it was made for the loss "
                 "alone): this step differentiates them outside the plan, beyond its memory budget; the next "
                 "calls of this kind get a plan that includes them", names)
     owner._learned.setdefault(spec.sig, {"grad": set(), "kept": set()})["grad"].update(i for i, _ in extra)
-    model = owner.module
     vals = st.values
     n_p, n_b, n_in = eg.n_params, len(eg.buffer_names), eg.n_inputs
-    params = [v.detach().requires_grad_(p.requires_grad) for v, p in zip(vals[:n_p], model.parameters())]
-    buffers = [b.detach().clone() for b in vals[n_p:n_p + n_b]]
+    params = [v.detach().requires_grad_(p.requires_grad) for v, p in zip(vals[:n_p], owner.module.parameters())]
     inputs = [x.detach().requires_grad_(need) for x, need in zip(vals[n_p + n_b:n_p + n_b + n_in], input_needs)]
-    state = {**dict(zip(eg.param_names, params)), **dict(zip(eg.buffer_names, buffers))}
-    args, kwargs = eg.call.rebuild(inputs)
-    autocast = (torch.autocast(device_type=eg.device_type, dtype=eg.autocast_dtype)
-                if eg.autocast_dtype is not None else contextlib.nullcontext())
-    with torch.enable_grad(), _replay_rng(st.rng_start), autocast:
-        out = functional_call(model, state, args, kwargs)
-    flat = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
+    flat, buffers = _eager_rerun(owner, spec, st, params, inputs)
     wrt = [(k, t) for k, t in enumerate(params + buffers + inputs) if t.requires_grad]
     got = torch.autograd.grad([flat[i] for i, _ in extra], [t for _, t in wrt], [g for _, g in extra],
                               allow_unused=True)
@@ -275,6 +290,35 @@ def _add_untraced_grads(owner, spec, st, extra, grads, input_needs) -> list:
         if g is not None:
             grads[k] = g if grads[k] is None else grads[k] + g
     return grads
+
+
+def _differentiable_grads(owner, spec, st, primals, grad_outputs, input_needs, param_needs) -> tuple:
+    """The gradients of a backward that must itself be differentiable (``create_graph=True``).
+
+    The plan's backward runs outside autograd, so its gradients could not be
+    differentiated again (a gradient penalty would silently add nothing). Here
+    the step runs once more in eager PyTorch on the parameters and inputs
+    themselves, with the forward's random numbers and a copy of the step's
+    buffers, and is differentiated with ``create_graph=True``: the returned
+    gradients carry their own graph. This step holds eager's activations,
+    beyond the plan's budget (logged).
+    """
+    eg = spec.executor.eg
+    log.warning("a backward with create_graph=True (e.g. a gradient penalty) runs this step again in eager "
+                "PyTorch to differentiate it twice: its activations are held beyond the plan's budget")
+    # the parameters and inputs the forward was called with (not the step's detached values): the gradients'
+    # own graph leads back to them
+    params, inputs = list(primals[:eg.n_params]), list(primals[eg.n_params:])
+    flat, _ = _eager_rerun(owner, spec, st, params, inputs)
+    pairs = [(o, g) for o, g in zip(flat, grad_outputs) if g is not None and o.requires_grad]
+    want = [t for t, need in zip(params, param_needs) if need and t.requires_grad]
+    want += [x for x, need in zip(inputs, input_needs) if need and x.requires_grad]
+    got = iter(torch.autograd.grad([o for o, _ in pairs], want, [g for _, g in pairs], create_graph=True,
+                                   allow_unused=True) if pairs and want else [None] * len(want))
+    pg = [next(got) if need and t.requires_grad else None for t, need in zip(params, param_needs)]
+    ig = [next(got) if need and x.requires_grad else None for x, need in zip(inputs, input_needs)]
+    owner.last_peak_bytes = None
+    return pg, ig
 
 
 def _defaults_for(model) -> dict:
