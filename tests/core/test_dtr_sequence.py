@@ -10,8 +10,8 @@ from remat_core import Graph, Node, RematResult, SolveStatus, kernels, solve
 from remat_core.errors import ScheduleVerificationError
 from remat_core.graph import load_dtr_dag
 from remat_core.kernels import available_kernels
-from remat_core.order import (candidate_orders, check_order, demand_order, liveness_area_bytes, liveness_peak_bytes,
-                              memory_aware_order, order_sequence,
+from remat_core.order import (candidate_orders, check_order, demand_order, least_area_demand_order,
+                              liveness_area_bytes, liveness_peak_bytes, memory_aware_order, order_sequence,
                               renumbered, sequence_in_original_numbering)
 from remat_core.sequence import FREE, from_schedule, simulate_sequence
 from remat_core.simulate import checkpoint_all_peak_bytes
@@ -167,6 +167,20 @@ def test_liveness_area_is_the_mean_of_the_orders_memory_profile(g):
         assert liveness_area_bytes(g, order) == pytest.approx(sum(live) / g.n)
 
 
+def test_least_area_demand_order_keeps_the_walk_of_least_area_and_recovers_the_depth_first_treelstm():
+    run_order, dfs = _both_numberings("TreeLSTM_D.6")
+    one = least_area_demand_order(dfs, tries=1)
+    many = least_area_demand_order(dfs, tries=8)
+    assert np.array_equal(many, least_area_demand_order(dfs, tries=8))            # seeded: the same order
+    assert liveness_area_bytes(dfs, many) <= liveness_area_bytes(dfs, one)
+    # the numbering's own demand orders: areas 90 and 73 MB; the searched walk 65 MB, near the run order's 62 MB
+    assert liveness_area_bytes(dfs, many) < 0.95 * min(liveness_area_bytes(dfs, demand_order(dfs)),
+                                                      liveness_area_bytes(dfs, demand_order(dfs, descending=True)))
+    assert liveness_area_bytes(dfs, many) < 1.1 * liveness_area_bytes(run_order, range(run_order.n))
+    with pytest.raises(ValueError, match="tries"):
+        least_area_demand_order(dfs, tries=0)
+
+
 def test_runs_dearer_than_the_cheapest_so_far_are_pruned_without_changing_the_result():
     g = _both_numberings("U-Net_6")[1]              # depth-first: the given order thrashes where others succeed
     orders = candidate_orders(g)
@@ -190,14 +204,16 @@ def test_runs_dearer_than_the_cheapest_so_far_are_pruned_without_changing_the_re
 @settings(max_examples=30, deadline=None)
 @given(g=training_graphs())
 def test_orders_are_topological_and_liveness_peaks_agree_with_the_judge(g):
-    for order in (np.arange(g.n), memory_aware_order(g), demand_order(g), demand_order(g, descending=True)):
+    for order in (np.arange(g.n), memory_aware_order(g), demand_order(g), demand_order(g, descending=True),
+                  least_area_demand_order(g, tries=3)):
         check_order(g, order)
         seq = order_sequence(g, order)
         assert simulate_sequence(g, seq).peak_memory_bytes == liveness_peak_bytes(g, order)
     assert liveness_peak_bytes(g, range(g.n)) == checkpoint_all_peak_bytes(g)
     # every forward node before any backward node (the loss's gradient exists only after the forward), so that
     # a plan in this order is one a training step runs (make_plan refuses the others)
-    for order in (memory_aware_order(g), demand_order(g), demand_order(g, descending=True)):
+    for order in (memory_aware_order(g), demand_order(g), demand_order(g, descending=True),
+                  least_area_demand_order(g, tries=3)):
         bwd = g.is_backward[order]
         assert not (np.diff(bwd.astype(int)) < 0).any()
 
@@ -279,20 +295,25 @@ def test_demand_order_runs_a_recursive_program_as_written():
 
 @pytest.mark.slow
 def test_depth_first_treelstm_planned_in_a_demand_order():
-    """The TreeLSTM recording numbered depth-first: 2.067x at 0.5 in the orders before demand_order, 1.21x with it
-    (1.173x in the order it ran; simrd 1.21x at the same bytes)."""
+    """The TreeLSTM recording numbered depth-first: 2.067x at 0.5 in the orders before demand_order, 1.21x with it,
+    1.185x with the least-area demand walk (1.173x in the order it ran; simrd 1.21x at the same bytes)."""
     run_order, dfs = _both_numberings("TreeLSTM_D.6")
     budget = int(0.5 * checkpoint_all_peak_bytes(run_order))
     a = solve(run_order, budget, method="dtr", find_min_budget=False, order="auto")
     b = solve(dfs, budget, method="dtr", find_min_budget=False, order="auto")
-    assert b.stats["run"].endswith("demand-descending"), b.stats["run_costs"]
-    assert b.objective <= 1.05 * a.objective, (a.stats["run_costs"], b.stats["run_costs"])
+    assert b.stats["run"].endswith("demand-area"), b.stats["run_costs"]
+    assert b.objective <= 1.02 * a.objective, (a.stats["run_costs"], b.stats["run_costs"])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["InceptionV4_64", "Transformer_10", "DenseNet-121_84", "Unrolled_GAN", "LSTM_512",
-                                  pytest.param("TreeLSTM_D.6", marks=pytest.mark.xfail(strict=True, reason=(
-                                      "depth-first numbering 1.21 (stage run in the descending demand order) "
-                                      "against 1.173 in the order the operators ran: 3.2%, not 2% (issue 41)")))])
+                                  "TreeLSTM_D.6"])
 def test_same_quality_in_both_numberings(name):
     _assert_same_quality(name, 0.5)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="TreeLSTM numbered depth-first at 0.3 of the peak: 1.617 (stage run in the "
+                                       "least-area demand walk) against 1.338 in the order it ran (issue 41)")
+def test_same_quality_in_both_numberings_treelstm_at_0_3():
+    _assert_same_quality("TreeLSTM_D.6", 0.3)
