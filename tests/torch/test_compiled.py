@@ -151,7 +151,9 @@ def test_fx_halves_at_half_more_models(name):
 # Inductor fuses a SiLU/GELU backward into one kernel whose three matrix-product inputs and three outputs live
 # together (Llama: 6 x 32 KiB of its 304 KiB budget at 0.5, beside 88.6 KiB of gradients and outputs).
 # BERT and ViT miss 0.5 narrowly (dtr finds no schedule below 0.4 of the joint graph, whose plan is the smallest).
-_REFUSED_AT_HALF = {"gpt2": 0.560, "llama": 0.777, "bert": 0.515, "vit": 0.508}   # smallest found, 2026-11-26
+# Llama's and GPT-2's smallest are plans compiled with realize_reads_threshold=1 (tried where nothing fits under the
+# defaults; Llama 0.777 -> 0.664, GPT-2 0.560 -> 0.548, BERT 0.515 -> 0.514).
+_REFUSED_AT_HALF = {"gpt2": 0.548, "llama": 0.664, "bert": 0.514, "vit": 0.508}   # smallest found, 2026-11-26
 
 
 def _inductor_at(name, budget):
