@@ -84,7 +84,19 @@ evicts nothing, so its distance to the floors is the runtime's own bookkeeping p
 add the replays. Issue 41's goals (at most 1.3x eager on the CNN and GPT-2, 2x on the tree net, at 0.5 and 0.3):
 the tree net's 2x lies below the floor of this design (its 1,915 operators take about 10 microseconds each in eager);
 reaching it needs the dispatch itself in C++, as the DTR paper did inside PyTorch. A budget that thrashes is stopped
-(`max_replay_factor`) and shown as infeasible."""
+(`max_replay_factor`) and shown as infeasible.
+
+Where the time goes (cProfile of one step, one thread; /tmp scripts, not part of this file): at 1.0 GPT-2's step is
+at the floor of a dispatch mode with wrapper tensors (the runtime's own bookkeeping is noise beside it), so the
+distance to 1.3x there is the Python dispatch itself. At 0.3 the time is replays, not bookkeeping: GPT-2 replays
+1,732 operator calls for 405 (the replayed compute is about 5x the step's own), the tree net 11,087 for 1,915 (16x),
+most of them the same few values again and again (on the tree net 557 values replayed, 18 of them 88-119 times each):
+a value replayed only to recompute another is freed again at once when no tensor refers to it (DTR's eager
+eviction), and the next value that needs it replays it again. Keeping such a parent while an evicted value that a
+tensor still refers to reads it cut GPT-2's replays at 0.3 from 1,750 to 1,080 and left the tree net's unchanged
+(11,071; a prototype, not kept). Of the bookkeeping beside the replays, the `h_dtr` ancestor walk of the eviction
+scores is the largest part (18% of the tree net's profiled step at 0.3); the schema reads of every replay
+(`_copy_written`, 6%) are now read once per operator."""
 
 
 def overhead(g, schedule) -> float:
@@ -231,8 +243,9 @@ run in the file's numbering), `stages, aware` (the stage run on the graph renumb
 `remat_core.order.memory_aware_order`, brought back as a sequence), `stages, demand` / `stages, demand desc` (the
 same in `remat_core.order.demand_order`, inputs walked ascending / descending: the forward by demand from the loss,
 the backward latest-forward-first, as an eager program with autograd runs), `given` (the run as it runs, simrd's
-semantics, in the file's numbering) or `aware` / `demand` / `demand desc` (the same in those orders). A run as it
-runs stops as thrashing at 2x the compute (simrd's
+semantics, in the file's numbering) or `aware` / `demand` / `demand desc` (the same in those orders); `demand area`
+is `remat_core.order.least_area_demand_order` (of 16 seeded demand walks with random input order, the one of least
+liveness area), as it runs or as stages. A run as it runs stops as thrashing at 2x the compute (simrd's
 cutoff); the stage run at 50 computations per node. "simrd @ its 0.5" is simrd at 0.5 of its own baseline peak, and
 "ours @ those bytes" is ours given the same number of bytes (0.5 / ratio of our peak, where the ratio is known);
 "simrd @ our 0.5" is simrd given the bytes of our 0.5. simrd's figures come from ../shared/data/dtr_dags/README.md
@@ -276,7 +289,8 @@ def render_numbering(raw: dict) -> str:
         if c["overhead"] is None:
             return "thrash" if c.get("thrashed") else "infeasible"
         short = {"memory-aware": "aware", "stages memory-aware": "stages, aware", "demand-descending": "demand desc",
-                 "stages demand": "stages, demand", "stages demand-descending": "stages, demand desc"
+                 "stages demand": "stages, demand", "stages demand-descending": "stages, demand desc",
+                 "demand-area": "demand area", "stages demand-area": "stages, demand area"
                  }.get(c["run"], c["run"])
         return f"{c['overhead']:.3f} ({short})"
 
