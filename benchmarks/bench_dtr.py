@@ -86,10 +86,12 @@ the tree net's 2x lies below the floor of this design (its 1,915 operators take 
 reaching it needs the dispatch itself in C++, as the DTR paper did inside PyTorch. A budget that thrashes is stopped
 (`max_replay_factor`) and shown as infeasible.
 
-Where the time goes (cProfile of one step, one thread; /tmp scripts, not part of this file): at 1.0 GPT-2's step is
-at the floor of a dispatch mode with wrapper tensors (the runtime's own bookkeeping is noise beside it), so the
-distance to 1.3x there is the Python dispatch itself. At 0.3 the time is replays, not bookkeeping: GPT-2 replays
-1,732 operator calls for 405 (the replayed compute is about 5x the step's own), the tree net 11,087 for 1,915 (16x),
+Where the time goes (cProfile of one step, one thread; /tmp scripts, not part of this file): at 1.0 GPT-2's step
+is 1.44x eager in CPU time, against 1.16x for the floor with wrapper tensors in this run (1.43x in the run before:
+at a load average of 18 the floor rows move that much); the profile of that step puts the runtime's own share in
+making the wrappers (`DTRTensor.__new__`, about 45 microseconds per operator under the profiler), wrapping outputs
+and the block's exit, not in eviction code (nothing is evicted). At 0.3 the time is replays, not bookkeeping: GPT-2
+replays 1,732 operator calls for 405 (the replayed compute is about 5x the step's own), the tree net 11,087 for 1,915 (16x),
 most of them the same few values again and again (on the tree net 557 values replayed, 18 of them 88-119 times each):
 a value replayed only to recompute another is freed again at once when no tensor refers to it (DTR's eager
 eviction), and the next value that needs it replays it again. Keeping such a parent while an evicted value that a
