@@ -91,8 +91,8 @@ is 1.44x eager in CPU time, against 1.16x for the floor with wrapper tensors in 
 at a load average of 18 the floor rows move that much); the profile of that step puts the runtime's own share in
 making the wrappers (`DTRTensor.__new__`, about 45 microseconds per operator under the profiler), wrapping outputs
 and the block's exit, not in eviction code (nothing is evicted). At 0.3 the time is replays, not bookkeeping: GPT-2
-replays 1,732 operator calls for 405 (the replayed compute is about 5x the step's own), the tree net 11,087 for 1,915 (16x),
-most of them the same few values again and again (on the tree net 557 values replayed, 18 of them 88-119 times each):
+replays 1,732 operator calls for 405 (the replayed compute is about 5x the step's own), the tree net 11,087 for
+1,915 (16x), most of them the same few values again and again (on the tree net 557 values replayed, 18 of them 88-119 times each):
 a value replayed only to recompute another is freed again at once when no tensor refers to it (DTR's eager
 eviction), and the next value that needs it replays it again. Keeping such a parent while an evicted value that a
 tensor still refers to reads it cut GPT-2's replays at 0.3 from 1,750 to 1,080 and left the tree net's unchanged
