@@ -139,11 +139,14 @@ def test_the_compiled_partitioner_takes_a_plan_whose_generated_code_fits_though_
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="CompiledBudgetError: budget 439012 B (0.800) 'is below the smallest budget at "
-                                       "which a plan was found: 429596 B (0.768)'; /tmp/notes/T-bugs.md #6")
-def test_compiled_backend_on_phi_compiles_a_plan_the_error_says_fits():
+def test_compiled_backend_on_phi_trains_within_the_budget_or_names_a_smaller_one_it_cannot_reach():
+    """Tiny Phi (float64) at 0.8: it raised 'budget 439012 B (0.800) is below the smallest budget at which a plan
+    was found: 429596 B (0.768)', refusing a plan within the budget (T-bugs #6). Either it trains like eager
+    within the budget, or the refusal names a smallest budget above the one given."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     transformers = pytest.importorskip("transformers")
+    import re
+
     import remat_torch
 
     torch.manual_seed(0)
@@ -151,13 +154,19 @@ def test_compiled_backend_on_phi_compiles_a_plan_the_error_says_fits():
     ref = copy.deepcopy(model)
     ids = torch.randint(0, 64, (4, 16))
     be = remat_torch.backend(budget=0.8)
-    loss = torch.compile(model, backend=be)(input_ids=ids, labels=ids).loss   # raised BackendCompilerFailed
+    try:
+        loss = torch.compile(model, backend=be)(input_ids=ids, labels=ids).loss
+    except Exception as exc:   # Dynamo wraps the CompiledBudgetError in BackendCompilerFailed
+        numbers = [int(n) for n in re.findall(r"\((\d+) bytes", str(exc))]
+        assert "CompiledBudgetError" in str(exc) and len(numbers) >= 2, str(exc)
+        assert numbers[1] > numbers[0], str(exc)   # the smallest found is above the budget
+        return
     loss.backward()
-    ref_loss = ref(input_ids=ids, labels=ids).loss
+    ref_loss = ref(input_ids=ids, labels=ids).loss   # Hugging Face's loss runs in float32
     ref_loss.backward()
-    torch.testing.assert_close(loss, ref_loss, rtol=1e-9, atol=1e-11)
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-6, atol=1e-9)
     for p, q in zip(model.parameters(), ref.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-9, atol=1e-11)
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-6, atol=1e-9)
     plan = be.partitioner.plans[-1]
     assert plan.measured_peak_bytes <= plan.budget_bytes
 
