@@ -212,3 +212,44 @@ def test_a_budget_between_eager_and_the_module_model_gets_no_recomputation():
         assert_same_state(model, ref)
         opt.step()
         opt_ref.step()
+
+
+def test_granularity_auto_generates_the_code_of_the_graph_it_uses_only():
+    """``granularity="auto"`` groups the trace at op level to choose; that graph's nodes get their code generated
+    at their first call (lazy modules), so a module-level choice never generates the op-level code (0.5 CPU s
+    on a 4-layer Llama). When op level is chosen, every node's code is generated before the executor takes its
+    ``forward``, which is then the generated code itself."""
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    import remat_torch.extract as ex
+    from remat_torch import rematerialize
+
+    made = []
+    real = ex._graph_at
+
+    def recording(*a, **k):
+        eg = real(*a, **k)
+        made.append(eg)
+        return eg
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    x = torch.randn(4, 8)
+    ex._graph_at = recording
+    try:
+        rm = rematerialize(copy.deepcopy(model), x, budget=1.0, method="checkpoint-all", granularity="auto")
+        rm_mod = rematerialize(copy.deepcopy(model), x, budget=1.0, method="checkpoint-all", granularity="auto",
+                               time_limit_s=1e-9)   # an op-level graph too large for any limit: module level
+    finally:
+        ex._graph_at = real
+    assert rm.extracted.granularity == "op" and rm_mod.extracted.granularity == "module"
+    assert all(not type(s.fn)._needs_recompile() for s in rm.extracted.groups if isinstance(s.fn, _LazyGraphModule))
+    # the op-level graph only looked at: its op nodes' code never generated (holder nodes are made eagerly)
+    lazy = [s for s in made[1].groups if isinstance(s.fn, _LazyGraphModule)]
+    assert len(lazy) > len(made[1].groups) // 2 and all(type(s.fn)._needs_recompile() for s in lazy)
+    for m in (rm, rm_mod):
+        ref = copy.deepcopy(model)
+        m(x).sum().backward()
+        ref(x).sum().backward()
+        for p, q in zip(m.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad)
