@@ -34,9 +34,26 @@ class Specialization:
     plan: Any
     train_fn: Any = None
     grad_fn: Any = None
+    train_spec: Any = None  # the TensorSpecs train_fn was traced for
 
     budget_bytes = property(lambda self: int(self.result.budget_bytes))
     predicted_peak_bytes = property(lambda self: _predicted(self.result))
+
+    def replayed_peak_bytes(self) -> int | None:
+        """Peak of the traced training step (optimizer included), replayed op by op over its graph.
+
+        Weights and the batch (``eg.graph.fixed_bytes``) plus the peak of
+        :func:`remat_tf.memory.replay_peak_bytes` over the ``tf.function``
+        that ``fit`` runs for this shape, with kernel scratch measured per op
+        signature. ``None`` until a step of this shape has been traced.
+        """
+        if self.train_fn is None or self.train_spec is None:
+            return None
+        from .memory import measure_scratch, replay_peak_bytes
+
+        graph = self.train_fn.get_concrete_function(self.train_spec).graph
+        scratch = measure_scratch(graph.get_operations()) or {}
+        return int(self.eg.graph.fixed_bytes) + replay_peak_bytes(graph, scratch)
 
 
 def _predicted(result) -> int:
@@ -106,6 +123,11 @@ class RematModel(keras.Model):
                                     doc="Peak of the executed step: the simulator's, plus weight gradients held "
                                         "until a later read of their weights (remat_tf.execute.executed_peak_bytes).")
     run_info = property(lambda self: self._remat.get("info"), doc="RunInfo of the last traced step (or None).")
+    replayed_peak_bytes = property(
+        lambda self: self._remat["plans"][_key_of_specs(self._remat["eg"])].replayed_peak_bytes()
+        if _key_of_specs(self._remat["eg"]) in self._remat["plans"] else None,
+        doc="Peak of the first plan's traced training step replayed op by op over its graph (optimizer included; "
+            "see Specialization.replayed_peak_bytes), or None before fit or train_on_batch traced it.")
     plans = property(lambda self: dict(self._remat["plans"]),
                      doc="The cached specializations: ``(input shapes/dtypes, target shapes/dtypes) -> Specialization``.")
 
@@ -241,6 +263,7 @@ class RematModel(keras.Model):
                 return self.train_step(data)
             if spec.train_fn is None:
                 spec.train_fn = tf.function(self.train_step, autograph=False, jit_compile=False)
+                spec.train_spec = tree.map_structure(lambda t: t if t is None else tf.TensorSpec.from_tensor(t), data)
             return spec.train_fn(data)
 
         def function(iterator):
@@ -344,6 +367,11 @@ def _solve_plan(eg: ExtractedGraph, budget_bytes: int, method: str, hoist: bool,
             peak = executed_peak_bytes(eg, plan)
             result.stats["executed_peak_bytes"] = peak
             if peak <= budget_bytes:
+                if target != budget_bytes:
+                    # solved on a lowered budget to leave room for what the step holds beyond the graph: the
+                    # plan answers the user's budget (the lowered one is kept in stats)
+                    result.stats["solved_budget_bytes"] = int(target)
+                    result.budget_bytes = int(budget_bytes)
                 log.info("plan for %s: %s, predicted peak %s of budget %s", graph.name, plan,
                          format_bytes(peak), format_bytes(budget_bytes))
                 return result, plan

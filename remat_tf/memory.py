@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-__all__ = ["SCRATCH_OP_TYPES", "stats_device", "measure_scratch", "clear_cache"]
+__all__ = ["SCRATCH_OP_TYPES", "stats_device", "measure_scratch", "clear_cache", "replay_peak_bytes"]
 
 log = logging.getLogger(__name__)
 
@@ -177,3 +177,166 @@ def measure_scratch(ops: list, repeats: int = 3) -> dict[str, int] | None:
         out[op.name] = max(0, _cache[key])
     log.info("kernel scratch: %d ops, %d new signatures measured on %s", len(out), new, device)
     return out
+
+
+# ops whose output is a view of an input buffer (TensorFlow forwards the buffer): no allocation; the buffer lives
+# until the last reader of either tensor
+ALIAS_OP_TYPES = frozenset({"Identity", "IdentityN", "Reshape", "Squeeze", "ExpandDims", "StopGradient",
+                            "PreventGradient", "EnsureShape", "Snapshot", "CheckNumerics"})
+# element-wise kernels that write their output into an input's buffer when nothing else reads that input
+# (TensorFlow's forward_input_or_allocate_output)
+FORWARDING_OP_TYPES = frozenset({
+    "Relu", "Relu6", "Elu", "Selu", "Sigmoid", "Tanh", "Softplus", "Exp", "Log", "Neg", "Square", "Sqrt", "Rsqrt",
+    "Erf", "Abs", "Reciprocal", "BiasAdd", "AddV2", "Add", "Sub", "Mul", "RealDiv", "Maximum", "Minimum",
+    "SquaredDifference", "AddN", "ReluGrad", "Relu6Grad", "EluGrad", "SeluGrad", "SigmoidGrad", "TanhGrad",
+    "SoftplusGrad", "RsqrtGrad", "SqrtGrad", "Select", "SelectV2", "DivNoNan", "MulNoNan",
+})
+# outputs that live outside the step's allocations: weights (a read aliases the variable), the captured batch
+_RESIDENT_OP_TYPES = frozenset({"ReadVariableOp", "Const", "Placeholder", "VarHandleOp"})
+
+
+def _out_bytes(t: Any) -> int:
+    import tensorflow as tf
+
+    if t.dtype in (tf.resource, tf.variant) or not t.shape.is_fully_defined():
+        return 0
+    return int(t.shape.num_elements()) * t.dtype.size
+
+
+def replay_peak_bytes(graph: Any, scratch: dict | None = None, freed_at: dict | None = None, order: str = "created",
+                      forwarding: bool = False) -> int:
+    """Peak bytes of the tensors a traced ``tf.function`` step allocates, replayed op by op.
+
+    The step's operations that must run (ancestors of its outputs and of its
+    control outputs; a re-traced forward that nothing reads is pruned, as
+    TensorFlow does) run in dependency order: ``order="created"`` runs the
+    earliest-created ready op first (the plan's control edges leave little
+    choice), ``"fifo"`` the first to become ready. An op allocates its
+    outputs (none for a view, :data:`ALIAS_OP_TYPES`) plus its measured
+    scratch (``scratch``: op name -> bytes) while it runs; a buffer is freed
+    when the last op reading it (or a view of it) ran. With ``forwarding``,
+    an element-wise kernel (:data:`FORWARDING_OP_TYPES`) writes into an
+    input buffer that no other op will read, as TensorFlow's Eigen kernels
+    may; off by default: measured on CPU with oneDNN (TensorFlow 2.21),
+    MobileNetV2 32x32 batch 8 checkpoint-all: 13.42 MiB measured, 13.23
+    replayed without forwarding, 11.72 with it. Weights, constants and the
+    captured inputs are resident and not counted. ``freed_at`` (tensor name
+    -> op name) frees a tensor with no reader in the graph after that op
+    instead of at the end of the step.
+
+    Returns the peak above the resident bytes (BFC rounding not modelled).
+    """
+    import heapq
+
+    import tensorflow as tf
+
+    if order not in ("created", "fifo"):
+        raise ValueError(f"`order` must be 'created' or 'fifo'; got {order!r}")
+    scratch = scratch or {}
+    freed_at = dict(freed_at or {})
+    ops = graph.get_operations()
+    index = {op.name: i for i, op in enumerate(ops)}
+    roots = [t.op for t in graph.outputs] + list(getattr(graph, "control_outputs", []))
+    live: set = set()
+    stack = [op for op in roots if op.name in index]
+    while stack:
+        op = stack.pop()
+        if op.name in live:
+            continue
+        live.add(op.name)
+        stack.extend(t.op for t in op.inputs)
+        stack.extend(op.control_inputs)
+    fetched = {t.name for t in graph.outputs}
+    after: dict[str, list] = {}
+    for t, op in freed_at.items():
+        after.setdefault(op, []).append(t)
+    # buffers: a tensor maps to a buffer; a buffer is freed when its pending reads reach zero
+    buf_of: dict[str, int] = {}
+    size: dict[int, int] = {}
+    pending: dict[int, int] = {}
+    held: set = set()  # buffers kept to the end (fetched) or until a freed_at op
+    waiting: dict[str, int] = {}
+    users: dict[str, list] = {}
+    for op in ops:
+        if op.name not in live:
+            continue
+        preds = {t.op.name for t in op.inputs if t.op.name in live} | {c.name for c in op.control_inputs
+                                                                      if c.name in live}
+        waiting[op.name] = len(preds)
+        for p in preds:
+            users.setdefault(p, []).append(op)
+    reads: dict[str, int] = {}
+    for op in ops:
+        if op.name in live:
+            for t in op.inputs:
+                reads[t.name] = reads.get(t.name, 0) + 1
+    tick = [0]
+
+    def key(op):
+        tick[0] += 1
+        return index[op.name] if order == "created" else tick[0]
+
+    ready = [(key(op), op) for op in ops if op.name in live and waiting[op.name] == 0]
+    heapq.heapify(ready)
+    current = peak = 0
+    next_buf = 0
+
+    def release(b):
+        nonlocal current
+        if b in size and pending[b] <= 0 and b not in held:
+            current -= size.pop(b)
+
+    while ready:
+        _, op = heapq.heappop(ready)
+        new_bufs = []
+        for o, t in enumerate(op.outputs):
+            if op.type in _RESIDENT_OP_TYPES or t.dtype == tf.resource:
+                continue
+            n_reads = reads.get(t.name, 0)
+            if op.type in ALIAS_OP_TYPES and op.inputs and t.dtype != tf.resource:
+                src = op.inputs[min(o, len(op.inputs) - 1)].name
+                if src in buf_of:
+                    b = buf_of[src]
+                    buf_of[t.name] = b
+                    pending[b] += n_reads
+                    if t.name in fetched or t.name in freed_at:
+                        held.add(b)
+                    continue
+            nb = _out_bytes(t)
+            b = None
+            if forwarding and op.type in FORWARDING_OP_TYPES:
+                for x in op.inputs:
+                    cand = buf_of.get(x.name)
+                    if cand is not None and cand in size and pending[cand] == 1 and cand not in held \
+                            and size[cand] == nb and x.dtype == t.dtype and cand not in new_bufs:
+                        b = cand  # its one pending read is this op's, consumed below
+                        break
+            if b is None:
+                b = next_buf
+                next_buf += 1
+                size[b] = nb
+                pending[b] = 0
+                current += nb
+            new_bufs.append(b)
+            buf_of[t.name] = b
+            pending[b] += n_reads
+            if t.name in fetched or t.name in freed_at:
+                held.add(b)
+        peak = max(peak, current + int(scratch.get(op.name, 0)))
+        for t in op.inputs:
+            b = buf_of.get(t.name)
+            if b is not None:
+                pending[b] -= 1
+                release(b)
+        for b in new_bufs:
+            release(b)
+        for name in after.get(op.name, []):
+            b = buf_of.get(name)
+            if b is not None:
+                held.discard(b)
+                release(b)
+        for u in users.get(op.name, []):
+            waiting[u.name] -= 1
+            if waiting[u.name] == 0:
+                heapq.heappush(ready, (key(u), u))
+    return int(peak)

