@@ -300,3 +300,18 @@ def test_a_submodule_swapped_after_planning_is_traced_again():
     torch.testing.assert_close(got, want)   # got the Tanh graph's loss
     for p, q in zip(ref.parameters(), model.parameters()):
         torch.testing.assert_close(q.grad, p.grad)
+
+
+@pytest.mark.xfail(strict=True, reason="an output-modifying forward hook registered after planning is ignored: the "
+                                       "step runs the graph traced without it (-20.04 vs eager -29.65); "
+                                       "/tmp/notes/T-bugs.md #11")
+def test_a_forward_hook_registered_after_planning_is_applied():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
+                                torch.nn.Linear(64, 1))
+    x = torch.randn(256, 32)
+    rm = rematerialize(model, x, budget=1.0, method="checkpoint-all")
+    rm(x).sum().backward()
+    model[2].register_forward_hook(lambda mod, inp, out: out * 2)
+    ref = copy.deepcopy(model)
+    torch.testing.assert_close(rm(x).sum(), ref(x).sum())   # got the loss without the hook
