@@ -311,7 +311,7 @@ def demand_order(graph: Graph, descending: bool = False) -> np.ndarray:
 
 
 def _demand_walk(graph: Graph, rank: np.ndarray) -> np.ndarray:
-    """:func:`demand_order` with each node's inputs walked in increasing ``rank``."""
+    """:func:`~remat_core.order.demand_order` with each node's inputs walked in increasing ``rank``."""
     n = graph.n
     bwd = graph.is_backward.tolist()
     dep_ptr, dep_idx, user_ptr, user_idx = graph.csr
@@ -358,15 +358,15 @@ def _demand_walk(graph: Graph, rank: np.ndarray) -> np.ndarray:
 
 
 def least_area_demand_order(graph: Graph, tries: int = 16, seed: int = 0) -> np.ndarray:
-    """Of ``tries`` demand orders (:func:`demand_order`) whose walks take each node's inputs in a random order
-    (seeded: the same graph gives the same order), the one with the least
+    """Of ``tries`` demand orders (:func:`~remat_core.order.demand_order`) whose walks take each node's inputs in
+    a random order (seeded: the same graph gives the same order), the one with the least
     :func:`~remat_core.order.liveness_area_bytes`.
 
     Which input a walk takes first decides which sub-computations wait for the others, and the numbering that
-    :func:`demand_order` follows may be a poor guide (the DTR authors' TreeLSTM numbered depth-first: its two
-    demand orders cost 2.4x at 0.3 of the peak, where the order it ran in costs 1.34x). On the recordings a
-    lower area goes with a cheaper DTR run, and a walk costs a few milliseconds, so a handful of them is cheap
-    next to one simulated run.
+    :func:`~remat_core.order.demand_order` follows may be a poor guide (the DTR authors' TreeLSTM numbered
+    depth-first: its two demand orders cost 2.4x at 0.3 of the peak, where the order it ran in costs 1.34x). On
+    the recordings a lower area goes with a cheaper DTR run, and a walk costs a few milliseconds, so a handful of
+    them is cheap next to one simulated run.
 
     Examples
     --------
