@@ -728,8 +728,9 @@ _SOLVER_FRACTIONS = (0.9, 0.75, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.0)
 _ALTERNATIVE_PATCHES: tuple = ({"realize_reads_threshold": 1},)
 # how many candidates (smallest model peak first) are lowered again under each of them
 _ALTERNATIVE_LOWERINGS = 2
-# Under Inductor, at most this many candidates are lowered in search of the smallest plan after none fitted the
-# budget (each lowering takes a second or two); candidates are taken in order of the planning model's peak.
+# Under Inductor, at most this many candidates are examined (lowered, or their replay read from a cache) in search
+# of the smallest plan after none fitted the budget (each lowering takes a second or two); candidates are taken in
+# order of the planning model's peak.
 _SMALLEST_LOWERINGS = 4
 # Solver methods that search until a time limit: the sweep of solver budgets stops at ``time_limit_s`` for them only.
 _TIMED_METHODS = ("auto", "ilp", "lp-rounding")
@@ -1118,8 +1119,8 @@ class RematPartitioner(_PartitionerBase):
         smallest plan, the smallest generated-code peak is searched for, in
         order of the model's peak, stopping where the model's peak reaches the
         best found (a bound, since the model under-counts) or after
-        ``_SMALLEST_LOWERINGS`` lowerings; a plan found there within the budget
-        is returned.
+        ``_SMALLEST_LOWERINGS`` candidates; a plan found there within the
+        budget is returned.
         """
         if not self.force_smallest:
             over: list = []     # candidates lowered and found over the budget
@@ -1131,14 +1132,14 @@ class RematPartitioner(_PartitionerBase):
                 if exact(c) <= budget_bytes:
                     return [c]
                 over.append(c)
-        best, lowered_now = None, 0
-        for c in sorted(candidates, key=lambda c: (c[2].peak, c[2].cost)):
+        best = None
+        # the bound counts candidates replayed before too, so that a run whose replays come from the disk cache
+        # examines the same candidates as the run that lowered them (and names the same smallest plan)
+        for examined, c in enumerate(sorted(candidates, key=lambda c: (c[2].peak, c[2].cost))):
             if best is not None and c[2].peak >= peak_of(best):
                 break
-            if exact(c, cached_only=True) is None:
-                if lowered_now >= _SMALLEST_LOWERINGS:
-                    break
-                lowered_now += 1
+            if examined >= _SMALLEST_LOWERINGS:
+                break
             exact(c)
             if best is None or (peak_of(c), c[2].cost) < (peak_of(best), best[2].cost):
                 best = c
