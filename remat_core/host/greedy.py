@@ -126,7 +126,7 @@ def offload_to_budget(graph: Graph, base: Any, budget_bytes: int, host_bandwidth
         Cost units per second (see :func:`~remat_core.host.cost_per_second`).
     layout : StateLayout, optional
         Blocks of the training state that may live on the host too
-        (:mod:`remat_core.host.state`).
+        (``remat_core.host.state``).
 
     Returns
     -------

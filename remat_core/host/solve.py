@@ -213,7 +213,7 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
     state_layout : StateLayout, optional
         Blocks of ``fixed_bytes`` (parameters, gradients, the input batch)
         the joint plans may keep on the host between their uses
-        (:func:`~remat_core.host.state.zoo_state_layout` builds one for the
+        (:func:`~remat_core.host.zoo_state_layout` builds one for the
         zoo models). Plans that move them have ``host_plan.layout`` set; the
         PyTorch executor does not run those.
     **options

@@ -192,7 +192,7 @@ def state_floor_bytes(graph: Graph, layout: StateLayout | None = None) -> int:
     """The smallest device budget any plan can have when the layout's blocks may live on the host.
 
     ``resident bytes + max_k (inputs, output and workspace of k + the blocks k
-    reads or writes)``; without a layout, :meth:`Graph.min_budget_lower_bound_bytes`.
+    reads or writes)``; without a layout, ``Graph.min_budget_lower_bound_bytes()``.
 
     Examples
     --------
@@ -215,7 +215,7 @@ def state_floor_bytes(graph: Graph, layout: StateLayout | None = None) -> int:
 
 
 def zoo_state_layout(graph: Graph) -> StateLayout:
-    """The state layout of a ``remat-zoo-model`` training graph (:func:`remat_core.zoo.zoo_graph`).
+    """The state layout of a ``remat-zoo-model`` training graph (``remat_core.zoo.zoo_graph``).
 
     Per layer with parameters: its weights (read by the layer's forward and
     backward nodes) and their gradients (written by the backward node), 4
