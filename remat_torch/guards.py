@@ -82,11 +82,18 @@ class AttributeSnapshot:
     """
 
     def __init__(self, model):
+        self._model = model
+        self._collect()
+        self.value = self.take()
+
+    def _collect(self) -> None:
         import torch
 
         items = []
         seen: set = set()  # an attribute object shared by many modules (a config) is read once
-        for _, mod in model.named_modules():
+        self._modules = [mod for _, mod in self._model.named_modules()]
+        self._ids = self._tree_ids()
+        for mod in self._modules:
             items.append((mod, None))
             for k, v in vars(mod).items():
                 if k.startswith("_") and k != "_attn_implementation":
@@ -98,10 +105,26 @@ class AttributeSnapshot:
                     seen.add(id(v))
                     items.append((v, "__dict__"))
         self._items = items
-        self.value = self.take()
+
+    def _tree_ids(self) -> tuple:
+        """The module objects of the tree and their children (a submodule replaced after planning is another
+        object, even of the same class)."""
+        return tuple((id(mod), tuple(map(id, mod._modules.values()))) for mod in self._modules)
+
+    def structure(self) -> tuple:
+        """The module tree by class, and the forward hooks that user code registered on each module and
+        globally (a hook added after planning changes what ``forward`` computes); hooks defined inside torch
+        (FSDP2's, for instance) are left out. Classes, not objects: a copy or a reloaded model has the same."""
+        from torch.nn.modules import module as _m
+
+        return (tuple((type(mod).__qualname__, _user_hooks(mod._forward_hooks),
+                       _user_hooks(mod._forward_pre_hooks)) for mod in self._modules),
+                _user_hooks(_m._global_forward_hooks), _user_hooks(_m._global_forward_pre_hooks))
 
     def take(self) -> tuple:
-        out = []
+        if self._tree_ids() != self._ids:   # the tree changed: read the attributes of the modules it has now
+            self._collect()
+        out = [self.structure()]
         for obj, k in self._items:
             if k is None:
                 out.append(obj.training)
@@ -117,7 +140,9 @@ class AttributeSnapshot:
     def diff(self) -> str:
         """The first attribute that differs from the snapshot, for messages."""
         now = self.take()
-        for (obj, k), a, b in zip(self._items, self.value, now):
+        if now[0] != self.value[0]:
+            return "the module tree or its forward hooks changed"
+        for (obj, k), a, b in zip(self._items, self.value[1:], now[1:]):
             if a != b:
                 name = "training" if k is None else k
                 if k == "__dict__":
@@ -130,6 +155,18 @@ class AttributeSnapshot:
 
 
 _MISSING = object()
+
+
+def _user_hooks(hooks) -> tuple:
+    """The handles of the hooks in ``hooks`` (a module's hook dict) whose function is not defined in torch or
+    remat_torch."""
+    out = []
+    for k, fn in hooks.items():
+        f = getattr(fn, "func", fn)   # a functools.partial
+        f = getattr(f, "__func__", f)   # a bound method
+        if not str(getattr(f, "__module__", "") or "").startswith(("torch.", "remat_torch.")):
+            out.append(k)
+    return tuple(out)
 
 
 def source_location(frames=None) -> str:
