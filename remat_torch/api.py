@@ -829,9 +829,11 @@ def _extract(model, args, kwargs, s: _Settings, granularity: str, blocks, grad_o
              kept_outputs=(), pick=None) -> ExtractedGraph:
     """:func:`extract_graph` with the settings (``pick``: see :func:`remat_torch.extract._extract`)."""
     from . import extract
+    from .guards import refusing_side_effect_hooks
 
-    return extract._extract(model, args, granularity, blocks, s.cost_model, s.autocast_dtype, None, s.workspace,
-                            kwargs, grad_outputs, kept_outputs, {}, pick=pick)
+    with refusing_side_effect_hooks(model):
+        return extract._extract(model, args, granularity, blocks, s.cost_model, s.autocast_dtype, None,
+                                s.workspace, kwargs, grad_outputs, kept_outputs, {}, pick=pick)
 
 
 def _check_input_dtypes(model, args, kwargs, s: _Settings) -> None:

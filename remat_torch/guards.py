@@ -169,6 +169,50 @@ def _user_hooks(hooks) -> tuple:
     return tuple(out)
 
 
+@contextlib.contextmanager
+def refusing_side_effect_hooks(model):
+    """Refuse forward hooks that only have side effects, while ``model`` is traced.
+
+    A forward hook that returns a new output is traced into the graph and is
+    part of the plan. One that returns ``None`` (logging, capturing a
+    feature for another loss) would run on the trace's fake values only and
+    never during the planned steps, silently: such hooks are refused, with
+    the module that holds them. Hooks defined in torch or remat_torch are left
+    alone.
+    """
+    from remat_core.errors import RematError
+
+    found: list = []
+    wrapped: list = []
+
+    def wrap(name, fn):
+        def hook(*args, **kwargs):
+            out = fn(*args, **kwargs)
+            if out is None and name not in found:
+                found.append(name)
+            return out
+        return hook
+
+    for name, mod in model.named_modules():
+        for k in _user_hooks(mod._forward_hooks):
+            fn = mod._forward_hooks[k]
+            mod._forward_hooks[k] = wrap(name or type(model).__name__, fn)
+            wrapped.append((mod, k, fn))
+    try:
+        yield
+    finally:
+        for mod, k, fn in wrapped:
+            if k in mod._forward_hooks:
+                mod._forward_hooks[k] = fn
+    if found:
+        raise RematError(
+            f"forward hook(s) on module(s) {found} return nothing: a hook with only side effects (logging, "
+            "capturing an output for another loss) would run while the model is traced, on placeholder values, "
+            "and never during the planned steps. Remove it before rematerialize (a hook that returns the output, "
+            "changed or not, is traced into the plan and runs every step), or read the value from the model's "
+            "outputs instead")
+
+
 def source_location(frames=None) -> str:
     """``file:line: code`` of the innermost frame outside torch and remat_torch."""
     if frames is None:

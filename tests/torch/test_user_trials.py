@@ -193,9 +193,6 @@ def test_a_bf16_planned_module_called_under_fp16_autocast_computes_in_fp16():
     assert float(got) == float(want)   # got eager bf16's sum, -3.75906 vs fp16's -3.76199
 
 
-@pytest.mark.xfail(strict=True, reason="a forward hook recording a submodule's output runs 3 times inside "
-                                       "rematerialize (on FakeTensor/FunctionalTensor values) and never during "
-                                       "the steps; /tmp/notes/T-bugs.md #8")
 def test_a_feature_capturing_forward_hook_runs_once_per_step_or_is_refused():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
