@@ -170,7 +170,7 @@ class StateLayout:
 
     @classmethod
     def from_dict(cls, graph: Graph, data: Mapping[str, Any]) -> "StateLayout":
-        """Inverse of :meth:`to_dict`, checked against ``graph``."""
+        """Inverse of ``to_dict()``, checked against ``graph``."""
         if int(data.get("num_nodes", -1)) != graph.n or int(data.get("fixed_bytes", -1)) != graph.fixed_bytes:
             raise ValueError(f"the state layout is for a graph of {data.get('num_nodes')} nodes and "
                              f"{data.get('fixed_bytes')} fixed bytes; this one has {graph.n} and {graph.fixed_bytes}")
