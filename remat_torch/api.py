@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import hashlib
 import inspect
 import json
@@ -493,8 +494,9 @@ class RematModule(torch.nn.Module):
             return spec
         return None
 
-    def _make(self, args, kwargs, grad_outputs="loss", kept_outputs=()) -> _Specialization:
-        s = self._settings
+    def _make(self, args, kwargs, grad_outputs="loss", kept_outputs=(), autocast_dtype=None) -> _Specialization:
+        # traced under the call's own autocast setting (part of the plan's key), as eager would run it
+        s = dataclasses.replace(self._settings, autocast_dtype=autocast_dtype)
         previous = [sp for lst in reversed(self._plans.values()) for sp in reversed(lst)]
         spec = _build(self.module, args, kwargs, s, self._loaded, grad_outputs=grad_outputs,
                       kept_outputs=kept_outputs, rescue=True, previous=previous)
@@ -527,7 +529,8 @@ class RematModule(torch.nn.Module):
             if self._plans:
                 log.info("no plan for this call yet (new shapes, dtypes, flags or attribute values): solving one")
             try:
-                spec = self._make(args, kwargs, self._grad_outputs_for(sig, extra), sorted(kept))
+                spec = self._make(args, kwargs, self._grad_outputs_for(sig, extra), sorted(kept),
+                                  self._autocast_state(device_type))
             except UnsupportedModelError as exc:
                 mismatch = self._input_mismatch(call, tensors, exc)
                 if mismatch is None:
@@ -538,7 +541,7 @@ class RematModule(torch.nn.Module):
             self._insert(key, spec)
         object.__setattr__(self, "_current", spec)
         eg = spec.eg
-        if (eg.autocast_dtype is not None) != (self._autocast_state(device_type) is not None):
+        if eg.autocast_dtype != self._autocast_state(device_type):
             raise RematError(  # pragma: no cover - part of the key
                 f"the graph was traced with autocast_dtype={eg.autocast_dtype}; call the module under the same "
                 "autocast setting (pass `autocast_dtype=` to rematerialize)")
@@ -1357,7 +1360,8 @@ def rematerialize(
     first.attrs = attrs
     device_type = tensors[0].device.type if tensors else "cpu"
     first.sig = _signature_key(call, tensors)
-    key = ("plan", first.sig, _grad_flags(model), str(rm._autocast_state(device_type)), hash(attrs), frozenset(),
+    # the first plan was traced under `autocast_dtype` (the call's autocast setting later picks the plan)
+    key = ("plan", first.sig, _grad_flags(model), str(settings.autocast_dtype), hash(attrs), frozenset(),
            frozenset())
     rm._insert(key, first)
     object.__setattr__(rm, "_current", first)

@@ -171,9 +171,6 @@ def test_compiled_backend_on_phi_trains_within_the_budget_or_names_a_smaller_one
     assert plan.measured_peak_bytes <= plan.budget_bytes
 
 
-@pytest.mark.xfail(strict=True, reason="a module planned with autocast_dtype=bfloat16 and called under float16 "
-                                       "autocast silently computes in bfloat16 (equal to eager bf16, not fp16); "
-                                       "/tmp/notes/T-bugs.md #7")
 def test_a_bf16_planned_module_called_under_fp16_autocast_computes_in_fp16():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 256),
