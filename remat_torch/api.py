@@ -26,7 +26,7 @@ from remat_core.units import resolve_budget as _resolve_budget
 
 from .execute import Executor, _get_rng
 from .extract import GRANULARITIES, CallSpec, ExtractedGraph, UnsupportedModelError, _as_tuple_inputs, extract_graph
-from .guards import AttributeSnapshot, call_signature
+from .guards import AttributeSnapshot, call_signature, tensor_signature
 from .offload import OffloadExecutor
 
 __all__ = ["rematerialize", "RematModule", "train_step", "resolve_budget", "BudgetInfeasibleError",
@@ -738,8 +738,7 @@ def _signature_key(call: CallSpec, tensors) -> tuple:
         spec_key = call.spec
     except TypeError:
         spec_key = repr(call.spec)
-    return (spec_key, call_signature(call.template), tuple(
-        (tuple(t.shape), t.dtype, t.device, bool(t.requires_grad)) for t in tensors))
+    return (spec_key, call_signature(call.template), tuple(tensor_signature(t) for t in tensors))
 
 
 def _grad_flags(module) -> tuple:

@@ -50,8 +50,9 @@ def _plain(v) -> bool:
 
 
 def tensor_signature(t) -> tuple:
-    """What a plan depends on in one tensor: shape, dtype, device, requires_grad."""
-    return (tuple(t.shape), t.dtype, t.device, bool(t.requires_grad))
+    """What a plan depends on in one tensor: shape, strides, dtype, device, requires_grad (the traced graph's
+    views are specialized on the example's strides: a channels_last batch of the same shape is another plan)."""
+    return (tuple(t.shape), tuple(t.stride()), t.dtype, t.device, bool(t.requires_grad))
 
 
 def call_signature(leaves) -> tuple:

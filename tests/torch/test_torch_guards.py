@@ -215,7 +215,7 @@ def test_a_value_read_is_recorded_only_as_far_as_the_trace_read():
         model = TwoReads(second)
         ref = copy.deepcopy(model)
         real = []   # the later layer's calls on real tensors (the traces call it on fake ones)
-        model.later.register_forward_hook(lambda m, a, o: real.append(type(a[0]) is torch.Tensor))
+        model.later.register_forward_pre_hook(lambda m, a: real.append(type(a[0]) is torch.Tensor))
         rm = rematerialize(model, (x, ones), **KW)
         assert rm.extracted.value_reads.values == ([True, True] if second else [True])
         assert any(real) == second   # one read: recorded without running the layers after it

@@ -249,9 +249,6 @@ def test_a_gradient_penalty_through_a_rematerialized_critic_is_differentiated(re
             opt.zero_grad(set_to_none=True)
 
 
-@pytest.mark.xfail(strict=True, reason="a conv net planned on a contiguous batch and called with the same shape in "
-                                       "channels_last raises 'view size is not compatible with input tensor's size "
-                                       "and stride' (eager runs it); /tmp/notes/T-bugs.md #10")
 def test_a_channels_last_batch_of_the_planned_shape_trains_like_eager():
     def mk():
         torch.manual_seed(0)
