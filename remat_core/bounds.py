@@ -115,7 +115,7 @@ REFERENCE_OPTIMUM_OVER_BOUND = 1.32
 
 def gap_statement(cost: float, bound: float) -> str:
     """Which side of the gap between a schedule's ``cost`` and the relaxation's ``bound`` is likely far, in a
-    sentence: beyond :data:`REFERENCE_OPTIMUM_OVER_BOUND` at least the excess is likely the schedule's; below it
+    sentence: beyond ``REFERENCE_OPTIMUM_OVER_BOUND`` at least the excess is likely the schedule's; below it
     the whole gap may be the bound's.
 
     >>> gap_statement(1.5, 1.0)[:55]
