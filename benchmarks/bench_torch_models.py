@@ -616,21 +616,23 @@ def plot(results: dict, path: str):
     plt.close(fig)
 
 
-def _write_readme(name: str, md: str) -> None:
-    """Rewrite README section ``name`` with ``md``, keeping its hand-written subsections: every ``### ...
-    session N`` heading (for example ``### compiled path, session 3``) and what follows it, to the section's end."""
+def _write_readme(name: str, md: str, readme: str | None = None) -> None:
+    """Rewrite section ``name`` of ``readme`` (default ``benchmarks/README.md``) with ``md``, keeping its
+    hand-written subsections: from the first ``### ... session N`` heading (for example ``### compiled path,
+    session 3``) to the section's end."""
     import re
 
     import _report
 
+    readme = readme or _report.README
     kept = ""
-    if os.path.exists(_report.README):
-        text = open(_report.README).read()
+    if os.path.exists(readme):
+        text = open(readme).read()
         sec = re.search(re.escape(f"<!-- BEGIN {name} -->") + r"(.*?)" + re.escape(f"<!-- END {name} -->"), text, re.S)
         head = re.search(r"^### [^\n]*\bsession \d+", sec.group(1), re.M) if sec else None
         if head:
             kept = sec.group(1)[head.start():].rstrip()
-    _report.write_section(name, md.rstrip() + ("\n\n" + kept if kept else ""))
+    _report.write_section(name, md.rstrip() + ("\n\n" + kept if kept else ""), readme=readme)
 
 
 def _suffix(device: str, sep: str) -> str:
@@ -653,7 +655,8 @@ def parse_args(argv=None):
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--fractions", default="1.0,0.7,0.5,0.3,0.15",
                     help="ours (eager-executed): fractions of activation memory, going down")
-    ap.add_argument("--compile-models", default=",".join(MODELS), help="models run under torch.compile and ours compiled")
+    ap.add_argument("--compile-models", default=",".join(MODELS),
+                    help="models run under torch.compile and ours compiled")
     ap.add_argument("--compile-budgets", default="1.0,0.5,0.3,0.1,0.0")
     ap.add_argument("--ours-compiled-budgets", default="1.0,0.7,0.5,0.3,0.1",
                     help="fractions for remat_torch.backend, going down")
@@ -734,11 +737,14 @@ def main(argv=None):
         for name in args.models:
             log(f"{name}: load average {os.getloadavg()[0]:.1f}")
             results[name] = run_model(name, args, workers, log)
-            _report.save_json(f"torch_models{_suffix(args.device, '_')}", {"machine": _report.machine_line(), "command": _report.command_line(),
-                                               "args": vars(args), "results": results,
-                                               "wall_s": time.perf_counter() - started}, folder=out)
+            # after every model: a run stopped later still leaves the models it finished (--report-only reads them)
+            _report.save_json(f"torch_models{_suffix(args.device, '_')}",
+                              {"machine": _report.machine_line(), "command": _report.command_line(),
+                               "args": vars(args), "results": results, "wall_s": time.perf_counter() - started},
+                              folder=out)
     except KeyboardInterrupt:
-        log("interrupted: workers stopped, cache folders removed; nothing written")
+        log(f"interrupted: workers stopped, cache folders removed; the models finished ({', '.join(results) or 'none'})"
+            " are in the JSON, no plot or README written (--report-only makes them)")
         return 130
     finally:
         workers.close()
