@@ -250,17 +250,6 @@ def _fit_step_ms(model, x, y, batch) -> float:
     return 1e3 * statistics.median(cb.times)
 
 
-def _train_peak(model, x, y, device) -> int:
-    """Allocator peak of one ``train_on_batch`` minus the bytes in use before it (after a first, tracing step)."""
-    import tensorflow as tf
-
-    model.train_on_batch(x, y)
-    tf.config.experimental.reset_memory_stats(device)
-    before = tf.config.experimental.get_memory_info(device)["current"]
-    model.train_on_batch(x, y)
-    return tf.config.experimental.get_memory_info(device)["peak"] - before
-
-
 def _ours_at(eg, level, time_limit_s):
     """A RematModel at ``level`` (a fraction, or "smallest": the lower bound, else the smallest peak auto reached)."""
     import remat_tf
@@ -284,6 +273,7 @@ def versus_scope(name, size, batch, steps, time_limit_s, device, with_eager=True
 
     import remat_tf
     from remat_core.units import budget_fraction
+    from remat_tf.memory import train_step_peak_bytes
 
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     x, y = _batch_data(name, size, batch, steps)
@@ -295,7 +285,7 @@ def versus_scope(name, size, batch, steps, time_limit_s, device, with_eager=True
         print(f"  {name}: {label} (load {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
         row = {"model": name, "variant": label, "kind": kind, **extra}
         try:
-            row["peak"] = _train_peak(model, xb, yb, device)
+            row["peak"] = train_step_peak_bytes(model, xb, yb, device)
             row["step_ms"] = _fit_step_ms(model, x, y, batch)
         except Exception as exc:  # a RematScope mode that does not run in this Keras: recorded, not fatal
             row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:150]}"
@@ -446,12 +436,14 @@ def peaks_only(name, size, batch, time_limit_s, device) -> list:
 
     import remat_tf
     from remat_core.units import budget_fraction
+    from remat_tf.memory import train_step_peak_bytes
 
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     xb, yb = _batch_data(name, size, batch, 1)
     plain = build_app(name, size)
     plain.compile(optimizer=keras.optimizers.SGD(0.01), loss=loss, jit_compile=False)
-    out = [[name, "plain fit", "", f"{_train_peak(plain, xb, yb, device) / MIB:.2f}", "", "", "", "", ""]]
+    plain_peak = train_step_peak_bytes(plain, xb, yb, device)
+    out = [[name, "plain fit", "", f"{plain_peak / MIB:.2f}", "", "", "", "", ""]]
     eg = remat_tf.extract_graph(build_app(name, size), xb, yb, loss)
     resident = eg.graph.meta["weight_bytes"] + eg.graph.meta["batch_bytes"]
     for level in (1.0, *LEVELS):
@@ -462,7 +454,7 @@ def peaks_only(name, size, batch, time_limit_s, device) -> list:
             out.append([name, f"remat_tf @{level}", "", str(exc)[:120], "", "", "", "", ""])
             continue
         rm.compile(optimizer=keras.optimizers.SGD(0.01))
-        peak, predicted = _train_peak(rm, xb, yb, device), rm.predicted_peak_bytes - resident
+        peak, predicted = train_step_peak_bytes(rm, xb, yb, device), rm.predicted_peak_bytes - resident
         replayed = rm.replayed_peak_bytes - eg.graph.fixed_bytes
         out.append([name, f"remat_tf @{level}", f"{budget_fraction(eg.graph, rm.budget_bytes):.3f}",
                     f"{peak / MIB:.2f}", f"{predicted / MIB:.2f}", f"{peak / predicted:.3f}",

@@ -28,7 +28,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-__all__ = ["SCRATCH_OP_TYPES", "stats_device", "measure_scratch", "clear_cache", "replay_peak_bytes"]
+__all__ = ["SCRATCH_OP_TYPES", "stats_device", "train_step_peak_bytes", "measure_scratch", "clear_cache",
+           "replay_peak_bytes"]
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +134,19 @@ def _measure_one(op: Any, signature: tuple, device: str, repeats: int) -> int:
         worst = max(worst, peak - before - out_bytes)
         del outs
     return int(worst)
+
+
+def train_step_peak_bytes(model, x, y, device: str | None = None) -> int:
+    """The allocator's peak during one ``model.train_on_batch(x, y)`` above the bytes in use before it, measured
+    on a second step (the first one traces). ``device``: default :func:`stats_device`."""
+    import tensorflow as tf
+
+    device = device or stats_device()
+    model.train_on_batch(x, y)
+    tf.config.experimental.reset_memory_stats(device)
+    before = tf.config.experimental.get_memory_info(device)["current"]
+    model.train_on_batch(x, y)
+    return tf.config.experimental.get_memory_info(device)["peak"] - before
 
 
 def measure_scratch(ops: list, repeats: int = 3) -> dict[str, int] | None:

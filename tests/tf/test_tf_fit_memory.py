@@ -42,22 +42,12 @@ def _data(n=8):
     return rng.standard_normal((n, 16, 16, 3)).astype("float32"), rng.integers(0, 10, n)
 
 
-def _fit_peak(model, x, y) -> int:
-    """Allocator peak of one ``train_on_batch`` minus the bytes in use before it (after a tracing step)."""
-    device = memory.stats_device()
-    model.train_on_batch(x, y)
-    tf.config.experimental.reset_memory_stats(device)
-    before = tf.config.experimental.get_memory_info(device)["current"]
-    model.train_on_batch(x, y)
-    return tf.config.experimental.get_memory_info(device)["peak"] - before
-
-
 @needs_stats
 def test_planned_fit_peaks_at_most_plain_fit_and_lower_budgets_lower():
     x, y = _data()
     plain = wide_cnn()
     plain.compile(optimizer=keras.optimizers.SGD(0.01), loss=LOSS, jit_compile=False)
-    plain_peak = _fit_peak(plain, x, y)
+    plain_peak = memory.train_step_peak_bytes(plain, x, y)
     eg = remat_tf.extract_graph(wide_cnn(), x, y, LOSS)
     peaks = {}
     for budget, method in ((1.0, "checkpoint-all"), (0.5, "auto")):
@@ -65,7 +55,7 @@ def test_planned_fit_peaks_at_most_plain_fit_and_lower_budgets_lower():
                                                 solver_options={} if method == "checkpoint-all" else
                                                 {"time_limit_s": 10})
         rm.compile(optimizer=keras.optimizers.SGD(0.01))
-        peaks[budget] = _fit_peak(rm, x, y)
+        peaks[budget] = memory.train_step_peak_bytes(rm, x, y)
         # the prediction is an upper bound here (within 25%: BFC rounding, kernel scratch measured per signature)
         resident = eg.graph.meta["weight_bytes"] + eg.graph.meta["batch_bytes"]
         assert peaks[budget] <= 1.25 * (rm.predicted_peak_bytes - resident), (budget, peaks[budget])

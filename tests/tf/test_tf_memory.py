@@ -139,16 +139,6 @@ def bn_cnn():
     return keras.Model(inp, layers.Dense(10)(layers.GlobalAveragePooling2D()(x)))
 
 
-def _step_peak(model, x, y) -> int:
-    """Allocator peak of one ``train_on_batch`` minus the bytes in use before it (after a tracing step)."""
-    device = memory.stats_device()
-    model.train_on_batch(x, y)
-    tf.config.experimental.reset_memory_stats(device)
-    before = tf.config.experimental.get_memory_info(device)["current"]
-    model.train_on_batch(x, y)
-    return tf.config.experimental.get_memory_info(device)["peak"] - before
-
-
 @needs_stats
 @pytest.mark.parametrize("name, budgets", [("transformer", (1.0, 0.5)), ("cnn", (1.0,))])
 def test_replayed_peak_within_5_percent_of_measured(name, budgets):
@@ -171,7 +161,7 @@ def test_replayed_peak_within_5_percent_of_measured(name, budgets):
                                                 {"time_limit_s": 5})
         rm.compile(optimizer=keras.optimizers.SGD(0.01))
         assert rm.replayed_peak_bytes is None  # nothing traced yet
-        measured = _step_peak(rm, x, y)
+        measured = memory.train_step_peak_bytes(rm, x, y)
         replayed = rm.replayed_peak_bytes - resident
         predicted = rm.predicted_peak_bytes - resident
         # a recomputing plan: 5% with one intra-op thread (as bench_tf runs); with more, TensorFlow's kernels
