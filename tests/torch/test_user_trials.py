@@ -270,13 +270,19 @@ def test_a_channels_last_batch_of_the_planned_shape_trains_like_eager():
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-10, atol=1e-12)
 
 
-def test_a_submodule_swapped_after_planning_is_traced_again():
+def _planned_mlp_after_a_step():
+    """A tanh MLP, its batch, and its checkpoint-all RematModule after one training step."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
                                 torch.nn.Linear(64, 1))
     x = torch.randn(256, 32)
     rm = rematerialize(model, x, budget=1.0, method="checkpoint-all")
     rm(x).sum().backward()
+    return model, x, rm
+
+
+def test_a_submodule_swapped_after_planning_is_traced_again():
+    model, x, rm = _planned_mlp_after_a_step()
     model[1] = torch.nn.ReLU()
     ref = copy.deepcopy(model)
     for p in model.parameters():
@@ -291,12 +297,7 @@ def test_a_submodule_swapped_after_planning_is_traced_again():
 
 
 def test_a_forward_hook_registered_after_planning_is_applied():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
-                                torch.nn.Linear(64, 1))
-    x = torch.randn(256, 32)
-    rm = rematerialize(model, x, budget=1.0, method="checkpoint-all")
-    rm(x).sum().backward()
+    model, x, rm = _planned_mlp_after_a_step()
     model[2].register_forward_hook(lambda mod, inp, out: out * 2)
     ref = copy.deepcopy(model)
     torch.testing.assert_close(rm(x).sum(), ref(x).sum())   # got the loss without the hook
