@@ -118,7 +118,7 @@ class AttributeSnapshot:
         (FSDP2's, for instance) are left out. Classes, not objects: a copy or a reloaded model has the same."""
         from torch.nn.modules import module as _m
 
-        return (tuple((type(mod).__qualname__, _user_hooks(mod._forward_hooks),
+        return (tuple((_user_class(mod), _user_hooks(mod._forward_hooks),
                        _user_hooks(mod._forward_pre_hooks)) for mod in self._modules),
                 _user_hooks(_m._global_forward_hooks), _user_hooks(_m._global_forward_pre_hooks))
 
@@ -156,6 +156,15 @@ class AttributeSnapshot:
 
 
 _MISSING = object()
+
+
+def _user_class(mod) -> str:
+    """The module's class, past classes that torch.distributed makes at run time (FSDP2's ``fully_shard`` swaps
+    a block's class for an ``FSDP<Name>`` subclass, which changes nothing the plan computes)."""
+    for cls in type(mod).__mro__:
+        if not str(cls.__module__).startswith("torch.distributed"):
+            return f"{cls.__module__}.{cls.__qualname__}"
+    return type(mod).__qualname__
 
 
 def _user_hooks(hooks) -> tuple:

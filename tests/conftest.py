@@ -13,7 +13,7 @@ settings.register_profile("thorough", deadline=None, max_examples=500,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
-SHARED_DATA = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "dtr_dags"))
+from shared_data import SHARED_DATA  # noqa: E402,F401  (kept here for older imports)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -15,7 +15,7 @@ from remat_core.solvers.auto import BASELINES, choose_path
 from remat_core.units import resolve_budget
 from remat_core.zoo import linear_graph, random_training_graph
 
-from conftest import SHARED_DATA
+from shared_data import SHARED_DATA
 
 
 def _best_baseline(graph, budget):

@@ -12,6 +12,7 @@ from remat_core.kernels import available_kernels
 from remat_core.simulate import checkpoint_all_peak_bytes
 from remat_core.solvers.dtr import HEURISTICS, dtr_run
 from remat_core.zoo import linear_graph
+from shared_data import SHARED_DATA
 from strategies import dags, training_graphs
 
 OTHERS = [k for k in available_kernels() if k != "reference"]
@@ -211,7 +212,6 @@ def test_bad_options_name_the_argument():
 
 
 def test_real_graph_identical_and_within_budget():
-    from conftest import SHARED_DATA
     from remat_core import load_dtr_dag
 
     path = os.path.join(SHARED_DATA, "ResNet-32_56.json")
@@ -229,7 +229,6 @@ def test_real_graph_identical_and_within_budget():
 @pytest.mark.slow
 def test_recurrent_recordings_at_half_the_peak():
     # LSTM_512 had no DTR schedule below 0.677 of the checkpoint-all peak, TreeLSTM_D.6 cost 13.9x at 0.5
-    from conftest import SHARED_DATA
     from remat_core import load_dtr_dag
 
     if not os.path.exists(os.path.join(SHARED_DATA, "LSTM_512.json")):

@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import SHARED_DATA
+from shared_data import SHARED_DATA
 from remat_core import Graph, GraphValidationError, Node, load_dtr_dag
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from canonical import CASES, GRAPHS, exhaustive_optimum, exhaustive_profile, graph
 from hypothesis import given, settings
-from conftest import SHARED_DATA
+from shared_data import SHARED_DATA
 from hypothesis import strategies as st
 
 from remat_core import (Schedule, SolveStatus, UnknownMethodError, checkpoint_all_peak_bytes, load_dtr_dag, simulate,

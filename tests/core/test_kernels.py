@@ -7,6 +7,7 @@ from hypothesis import given, settings, strategies as st
 from remat_core import Graph, Schedule, UnknownMethodError, kernels, load_dtr_dag, optimal_r_given_s, simulate
 from remat_core.kernels import available_kernels, get_kernel, kernel_name, use_kernel
 from remat_core.zoo import linear_graph
+from shared_data import SHARED_DATA
 from strategies import dags, raw_schedules, valid_schedules
 
 OTHERS = [k for k in available_kernels() if k != "reference"]
@@ -103,7 +104,6 @@ def test_env_var_and_context_manager(monkeypatch):
 def test_real_graph_identical(tmp_path):
     import os
 
-    from conftest import SHARED_DATA
 
     path = os.path.join(SHARED_DATA, "ResNet-32_56.json")
     if not os.path.exists(path):

@@ -21,7 +21,7 @@ from remat_core.schedule import SolveStatus
 from remat_core.units import resolve_budget
 from remat_core.zoo import random_training_graph
 
-from conftest import SHARED_DATA
+from shared_data import SHARED_DATA
 
 _SLACK_S = 0.3
 needs_data = pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="shared DTR graphs not present")

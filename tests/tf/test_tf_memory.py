@@ -164,11 +164,12 @@ def test_replayed_peak_within_5_percent_of_measured(name, budgets):
         measured = memory.train_step_peak_bytes(rm, x, y)
         replayed = rm.replayed_peak_bytes - resident
         predicted = rm.predicted_peak_bytes - resident
-        # a recomputing plan: 5% with one intra-op thread (as bench_tf runs); with more, TensorFlow's kernels
-        # overlap differently (measured 0.915-0.931 of the replay for this plan with two) and 10% is allowed
+        # 5% with one intra-op thread (as bench_tf runs); with more, TensorFlow's kernels overlap differently
+        # and 10% is allowed (measured 0.915-0.931 of the replay for the 0.5 plan with two, and the CNN at 1.0
+        # 1.066 in a clean-clone CI run with two test workers)
         one_thread = 1 in (tf.config.threading.get_intra_op_parallelism_threads(),
                            int(os.environ.get("TF_NUM_INTRAOP_THREADS", "0") or 0))
-        tolerance = 0.05 if budget == 1.0 or one_thread else 0.10
+        tolerance = 0.05 if one_thread else 0.10
         assert abs(measured / replayed - 1) <= tolerance, (budget, measured, replayed)
         assert measured <= 1.05 * predicted, (budget, measured, predicted)
         if budget == 0.5:
