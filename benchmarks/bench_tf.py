@@ -189,17 +189,9 @@ LEVELS = (0.7, 0.5, 0.3, "smallest")
 
 def transformer(seq: int = 64, width: int = 64, blocks: int = 4):
     """A pre-norm encoder (MultiHeadAttention, GELU MLP) over ``seq`` tokens of ``width`` features, 10 classes."""
-    import keras
-    from keras import layers
+    from remat_tf.zoo_models import transformer_encoder
 
-    inp = keras.Input((seq, width))
-    x = inp
-    for _ in range(blocks):
-        h = layers.LayerNormalization()(x)
-        x = layers.Add()([x, layers.MultiHeadAttention(num_heads=4, key_dim=width // 4)(h, h)])
-        h = layers.LayerNormalization()(x)
-        x = layers.Add()([x, layers.Dense(width)(layers.Dense(4 * width, activation="gelu")(h))])
-    return keras.Model(inp, layers.Dense(10)(layers.GlobalAveragePooling1D()(x)), name="transformer")
+    return transformer_encoder(seq, width, blocks)
 
 
 def build_app(name: str, size: int):

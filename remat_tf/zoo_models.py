@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-__all__ = ["MODELS", "build_model", "unet", "fcn8", "segnet"]
+__all__ = ["MODELS", "build_model", "unet", "fcn8", "segnet", "transformer_encoder"]
 
 CLASSIFICATION_SHAPE = (224, 224, 3)
 SEGMENTATION_SHAPE = (416, 608, 3)
@@ -138,3 +138,18 @@ def build_model(name: str):
     if name not in MODELS:
         raise ValueError(f"unknown zoo model {name!r}; available: {', '.join(MODELS)}")
     return MODELS[name][0]()
+
+
+def transformer_encoder(seq: int = 64, width: int = 64, blocks: int = 4, name: str = "transformer"):
+    """A pre-norm encoder (MultiHeadAttention, GELU MLP) over ``seq`` tokens of ``width`` features, 10 classes."""
+    import keras
+    from keras import layers
+
+    inp = keras.Input((seq, width))
+    x = inp
+    for _ in range(blocks):
+        h = layers.LayerNormalization()(x)
+        x = layers.Add()([x, layers.MultiHeadAttention(num_heads=4, key_dim=width // 4)(h, h)])
+        h = layers.LayerNormalization()(x)
+        x = layers.Add()([x, layers.Dense(width)(layers.Dense(4 * width, activation="gelu")(h))])
+    return keras.Model(inp, layers.Dense(10)(layers.GlobalAveragePooling1D()(x)), name=name)

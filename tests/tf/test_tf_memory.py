@@ -14,6 +14,7 @@ import remat_tf  # noqa: E402
 from remat_core.units import budget_fraction, min_budget_bytes  # noqa: E402
 from remat_tf import graph as tf_graph  # noqa: E402
 from remat_tf import memory  # noqa: E402
+from remat_tf.zoo_models import transformer_encoder  # noqa: E402
 
 layers = keras.layers
 MiB = 1 << 20
@@ -117,14 +118,7 @@ def test_unmeasurable_allocator_falls_back_to_the_allowance(monkeypatch):
 def transformer(seq=64, width=64, blocks=4):
     """Pre-norm encoder blocks (MultiHeadAttention, GELU MLP), as benchmarks/bench_tf.transformer."""
     keras.utils.set_random_seed(0)
-    inp = keras.Input((seq, width))
-    x = inp
-    for _ in range(blocks):
-        h = layers.LayerNormalization()(x)
-        x = layers.Add()([x, layers.MultiHeadAttention(num_heads=4, key_dim=width // 4)(h, h)])
-        h = layers.LayerNormalization()(x)
-        x = layers.Add()([x, layers.Dense(width)(layers.Dense(4 * width, activation="gelu")(h))])
-    return keras.Model(inp, layers.Dense(10)(layers.GlobalAveragePooling1D()(x)))
+    return transformer_encoder(seq, width, blocks)
 
 
 def bn_cnn():
