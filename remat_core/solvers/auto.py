@@ -175,9 +175,13 @@ class _Best:
 
 
 def _run(name: str, graph: Graph, budget_bytes: int, **options: Any) -> RematResult | None:
-    """``solve(graph, budget, name)``, or ``None`` where the method does not apply to this graph."""
+    """``solve(graph, budget, name)``, or ``None`` where the method does not apply to this graph. DTR runs
+    pin ``order="stages"``: every cap and estimate here is sized from the stage run's time per computation
+    (the runs in other orders cost several times more per computation and ignore ``max_compute_factor``)."""
     from . import solve
 
+    if name == "dtr":
+        options.setdefault("order", "stages")
     try:
         return solve(graph, budget_bytes, method=name, **options)
     except GraphValidationError:   # chain-only methods on a general DAG

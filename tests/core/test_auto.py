@@ -318,3 +318,25 @@ def test_the_smallest_budget_reported_does_not_depend_on_the_clock(monkeypatch, 
     assert out["stats"]["min_budget_bytes"] == hint
     code = main(["solve", "torch_transformer_b4", str(hint), "--method", "auto", "--time-limit", "0.01"])
     assert code == 0 and "feasible" in capsys.readouterr().out
+
+
+def test_every_dtr_run_of_auto_is_the_stage_run(monkeypatch):
+    """auto sizes its DTR caps from the stage run's time per computation, so each of its DTR runs must be the
+    stage run whatever ``solve(..., "dtr")``'s default ``order``: record the orders auto passes."""
+    import remat_core.solvers as solvers
+    import remat_core.solvers.auto as auto
+
+    orders = []
+    real = solvers.solve
+
+    def recording(graph, budget, method="auto", **options):
+        if method == "dtr":
+            orders.append(options.get("order"))
+        return real(graph, budget, method=method, **options)
+
+    monkeypatch.setattr(solvers, "solve", recording)
+    monkeypatch.setattr(auto, "_dtr_warm", False)          # the warm-up run goes through _run too
+    g = random_training_graph(30, seed=0)
+    for budget in (g.min_budget_lower_bound_bytes() - 1, resolve_budget(g, 0.3)):   # infeasible and large paths
+        solve(g, budget, method="auto", time_limit_s=5, memory_limit_bytes=10**6)
+    assert orders and set(orders) == {"stages"}
