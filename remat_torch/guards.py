@@ -184,21 +184,29 @@ def refusing_side_effect_hooks(model):
     """Refuse forward hooks that only have side effects, while ``model`` is traced.
 
     A forward hook that returns a new output is traced into the graph and is
-    part of the plan. One that returns ``None`` (logging, capturing a
-    feature for another loss) would run on the trace's fake values only and
+    part of the plan, and so is one that changes its output in place. One
+    that returns ``None`` and changes no tensor it is given (logging,
+    capturing a feature for another loss) would run on the trace's fake values only and
     never during the planned steps, silently: such hooks are refused, with
     the module that holds them. Hooks defined in torch or remat_torch are left
     alone.
     """
+    import torch
     from remat_core.errors import RematError
 
     found: list = []
     wrapped: list = []
 
+    def versions(args):
+        return [t._version for t in torch.utils._pytree.tree_leaves(args) if isinstance(t, torch.Tensor)]
+
     def wrap(name, fn):
         def hook(*args, **kwargs):
+            before = versions(args)
             out = fn(*args, **kwargs)
-            if out is None and name not in found:
+            # A hook that changes the output in place (``out.mul_(2)``) returns None too, but what it does is
+            # traced into the graph: only one that changes no tensor it was given is refused.
+            if out is None and versions(args) == before and name not in found:
                 found.append(name)
             return out
         return hook

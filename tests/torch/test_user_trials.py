@@ -210,6 +210,37 @@ def test_a_feature_capturing_forward_hook_runs_once_per_step_or_is_refused():
         torch.testing.assert_close(f, model[2](torch.tanh(model[0](x * (step + 1)))).detach())
 
 
+def test_a_forward_hook_that_changes_the_output_in_place_trains_like_eager():
+    """``out.mul_(2)`` returns None like a logging hook, but changes what the model computes: it is traced into
+    the plan (not refused as a side-effect hook) and every SGD step of a recomputing plan equals eager's."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
+                                torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1)).double()
+
+    def double_in_place(mod, inp, out):
+        out.mul_(2)
+
+    model[2].register_forward_hook(double_in_place)
+    ref = copy.deepcopy(model)
+    x = torch.randn(512, 16, dtype=torch.float64)
+    rm = rematerialize(model, x, budget=0.7, time_limit_s=10)
+    sched = rm.result.schedule
+    assert sched is not None and sched.num_computes > sched.n   # the plan recomputes
+    opt, opt_ref = torch.optim.SGD(model.parameters(), lr=0.05), torch.optim.SGD(ref.parameters(), lr=0.05)
+    for step in range(3):
+        xs = x * (step + 1)
+        got, want = rm(xs).sum(), ref(xs).sum()
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+        for o in (opt, opt_ref):
+            o.zero_grad()
+        got.backward()
+        want.backward()
+        opt.step()
+        opt_ref.step()
+        for p, q in zip(ref.parameters(), model.parameters()):
+            torch.testing.assert_close(q, p, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("reuse", [False, True])
 def test_a_gradient_penalty_through_a_rematerialized_critic_is_differentiated(reuse):
     """WGAN-GP: autograd.grad(create_graph=True) through a RematModule gives a gradient with its own graph, so the
