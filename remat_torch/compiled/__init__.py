@@ -108,8 +108,10 @@ class CompiledPlan:
     generated-code peak or None)``. ``measured_peak_bytes`` is the compile-time
     check's measurement (``None`` when not verified); ``attempts`` the
     compiles it took. ``inductor_patches`` are the Inductor settings both
-    halves are compiled with beyond the backend's (empty unless a plan was
-    found only under one of ``_ALTERNATIVE_PATCHES``).
+    halves are compiled with beyond Inductor's and the user's: empty for
+    compile's own plan (compiled as plain ``torch.compile`` compiles it),
+    else ``RematPartitioner.plan_patches`` and, for a plan found only under
+    one of ``_ALTERNATIVE_PATCHES``, that one.
     """
 
     budget_bytes: int
@@ -906,6 +908,9 @@ class RematPartitioner(_PartitionerBase):
         self.scale = 1.0     # the backend lowers it when a compiled step measured over budget
         self.force_smallest = False  # the backend sets it to compile and measure the smallest plan found
         self.last_key = None         # (graph key, saved names) of the last plan, for _MEASURED
+        # Inductor settings of remat's own plans (not of compile's own, which compiles as plain torch.compile):
+        # the backend leaves out those the user's ``config_patches`` set
+        self.plan_patches: dict = dict(_INDUCTOR_PATCHES) if self.fused else {}
         self._nonce = os.urandom(16)
         self.plans: list[CompiledPlan] = []
 
@@ -930,6 +935,10 @@ class RematPartitioner(_PartitionerBase):
         from torch._functorch import partitioners as P
 
         start = time.perf_counter()
+        fraction = _fraction(self.budget)
+        if fraction is not None and fraction >= 1.0 and self.scale >= 1.0 and not self.force_smallest:
+            return self._compiles_own(joint_module, joint_inputs, num_fwd_outputs, static_lifetime_input_indices,
+                                      start)
         joint_module, node_info, has_tags, has_rng = _prepare(joint_module, num_fwd_outputs,
                                                               static_lifetime_input_indices)
         if not node_info.required_bw_nodes:
@@ -954,7 +963,8 @@ class RematPartitioner(_PartitionerBase):
         def consider(source: str, saved):
             saved = list(dict.fromkeys(_tensors(list(saved) + forced)))
             ev = _cached((gkey, "eval", frozenset(n.name for n in saved)), lambda: evaluate(saved))
-            candidates.append((source, saved, ev))
+            # compile's own plan is compiled as plain torch.compile compiles it; the others under plan_patches
+            candidates.append((source, saved, ev, {} if source == "compile-default" else dict(self.plan_patches)))
             return ev
 
         def knapsack(level: float) -> list:
@@ -972,15 +982,11 @@ class RematPartitioner(_PartitionerBase):
             with _patched(c):
                 return (gkey, frozenset(n.name for n in c[1]), _inductor_settings())
 
-        def exact(c, stock: bool = False, cached_only: bool = False) -> int | None:
-            """The peak of the code Inductor generates for candidate ``c`` (replayed; cached per saved set and
-            Inductor settings); with ``stock``, under Inductor's defaults for ``_BELOW_ONE_PATCHES``; with
-            ``cached_only``, ``None`` unless it was computed before."""
+        def exact(c, cached_only: bool = False) -> int | None:
+            """The peak of the code Inductor generates for candidate ``c`` under its settings (replayed; cached per
+            saved set and Inductor settings); with ``cached_only``, ``None`` unless it was computed before."""
             if cached_only:
                 return _known_exact(ekey(c))
-            if stock:
-                with _stock_settings():
-                    return _exact_under(c, (gkey, frozenset(n.name for n in c[1]), _inductor_settings()))
             with _patched(c):
                 return _exact_under(c, ekey(c))
 
@@ -1005,11 +1011,9 @@ class RematPartitioner(_PartitionerBase):
             known = _MEASURED.get(key_of(c))
             return c[2].peak <= budget_bytes if known is None else known <= promised
 
-        settings = _inductor_settings() if self.fused else None
         default = consider("compile-default", knapsack(1.0))
-        fraction = _fraction(self.budget)
         # with Inductor is the peak of the code it generates for its own plan under its own settings
-        default_peak = exact(candidates[0], stock=True) if self.fused and (fraction is None or fraction < 1.0) \
+        default_peak = exact(candidates[0]) if self.fused and (fraction is None or fraction < 1.0) \
             else default.peak
         budget_bytes = self._resolve(default, default_peak)
         promised = budget_bytes     # what the step must measure within
@@ -1038,8 +1042,8 @@ class RematPartitioner(_PartitionerBase):
                 # nothing fits under Inductor's settings: the same saved sets, smallest model peak first, under
                 # settings that change what the generated code keeps alive (see _ALTERNATIVE_PATCHES)
                 base = sorted(candidates, key=lambda c: (c[2].peak, c[2].cost))[:_ALTERNATIVE_LOWERINGS]
-                alternatives = [(f"{c[0]} " + " ".join(f"{k}={v}" for k, v in patches.items()), c[1], c[2], patches)
-                                for patches in _ALTERNATIVE_PATCHES for c in base]
+                alternatives = [(f"{c[0]} " + " ".join(f"{k}={v}" for k, v in patches.items()), c[1], c[2],
+                                 {**self.plan_patches, **patches}) for patches in _ALTERNATIVE_PATCHES for c in base]
                 candidates.extend(alternatives)
                 fitting = self._choose_by_generated_code(alternatives, exact, peak_of, budget_bytes)
         else:
@@ -1096,6 +1100,33 @@ class RematPartitioner(_PartitionerBase):
         log.info("remat partitioner: %s, predicted peak %s of budget %s (planning model %s), %d saved, "
                  "%d recomputed, %.1f s", source, format_bytes(predicted), format_bytes(budget_bytes),
                  format_bytes(final.peak), final.n_saved, final.n_recomputed, plan.plan_time_s)
+        return fw, bw
+
+    def _compiles_own(self, joint_module, joint_inputs, num_fwd_outputs: int, static_lifetime_input_indices,
+                      start: float):
+        """Budget 1.0: ``torch.compile``'s own halves, made by its own partitioner
+        (``min_cut_rematerialization_partition`` at ``activation_memory_budget=1.0``), so that they and the code
+        Inductor generates for them (under Inductor's settings: no ``plan_patches``) are plain torch.compile's;
+        recorded as the plan ``compile-default`` (the planning model's peak until the generated code is replayed)."""
+        from torch._functorch import config as fconfig
+        from torch._functorch import partitioners as P
+
+        with fconfig.patch(activation_memory_budget=1.0):
+            fw, bw = P.min_cut_rematerialization_partition(
+                joint_module, joint_inputs, compiler="inductor", num_fwd_outputs=num_fwd_outputs,
+                static_lifetime_input_indices=static_lifetime_input_indices)
+        fw_names = {n.name for n in fw.graph.nodes if n.op == "call_function"}
+        ev = _evaluate(fw, bw, num_fwd_outputs, fw_names, self.fused)
+        self.last_saved = frozenset(n.name for n in bw.graph.nodes
+                                    if n.op == "placeholder" and not n.name.startswith("tangents"))
+        self.last_key = None
+        plan = CompiledPlan(budget_bytes=ev.peak, model_budget_bytes=ev.peak, predicted_peak_bytes=ev.peak,
+                            fixed_bytes=ev.fixed, default_peak_bytes=ev.peak, saved_bytes=ev.saved_bytes,
+                            recompute_cost=ev.cost, source="compile-default", n_saved=ev.n_saved,
+                            n_recomputed=ev.n_recomputed, plan_time_s=time.perf_counter() - start,
+                            candidates=[("compile-default", ev.peak, ev.cost, None)], model_peak_bytes=ev.peak,
+                            num_fwd_outputs=num_fwd_outputs, planned_peak_bytes=ev.peak)
+        self.plans.append(plan)
         return fw, bw
 
     def _choose_by_generated_code(self, candidates: list, exact: Callable, peak_of: Callable,
@@ -1236,6 +1267,27 @@ def _fresh_compile_metrics(fresh: bool):
         ctx._metrics = saved
 
 
+def _copy_dynamo_graph(gm: fx.GraphModule) -> fx.GraphModule:
+    """A deep copy of a graph Dynamo captured that AOTAutograd still reads as Dynamo's.
+
+    ``copy.deepcopy`` drops the module's ``_param_name_to_source`` and the
+    placeholders' ``_dynamo_source``; without them AOTAutograd marks no input
+    as static (parameters included), so the partitioner's parameters got
+    ``static_lifetime_input_indices=[]`` where plain torch.compile passes them
+    (compile's own plan then saved the parameters' transposes instead of the
+    parameters, and its code differed).
+    """
+    import copy
+
+    new = copy.deepcopy(gm)
+    if hasattr(gm, "_param_name_to_source"):
+        new._param_name_to_source = gm._param_name_to_source
+    for a, b in zip(gm.graph.find_nodes(op="placeholder"), new.graph.find_nodes(op="placeholder")):
+        if hasattr(a, "_dynamo_source"):
+            b._dynamo_source = a._dynamo_source
+    return new
+
+
 def _measure_step(compiled: Callable, example_inputs) -> int | None:
     """Peak bytes of one forward and backward of ``compiled`` on copies of ``example_inputs`` (after one
     unmeasured step).
@@ -1291,27 +1343,13 @@ def _measure_step(compiled: Callable, example_inputs) -> int | None:
             return None
 
 
-# Inductor settings for remat's plans; a user's ``config_patches`` override them. Without buffer reuse a dead
+# Inductor settings for remat's plans (``RematPartitioner.plan_patches``, applied to the halves of every plan but
+# compile's own, which compiles under Inductor's settings as plain torch.compile does); a user's ``config_patches``
+# override them. Without buffer reuse a dead
 # buffer is freed where it dies: with it, Inductor keeps a dead buffer alive until a later buffer of the same size
 # takes its place, wherever that is within its own estimate of the peak, which under-counts. Tiny Llama at 0.5,
 # the code generated for 14 candidate plans: 5 lower by 0.3-12% (dtr-0.4: 488,196 -> 433,284 bytes), none higher.
 _INDUCTOR_PATCHES: dict = {"allow_buffer_reuse": False}
-# Inductor settings applied below budget 1.0 only; budget 1.0 stays compile's own plan under Inductor's defaults
-# for them. Empty: ``realize_reads_threshold=1`` (a pointwise result with several readers gets a buffer instead of
-# being inlined into every reader, which keeps what it reads alive until the last) lowered tiny Llama's smallest
-# plan from 0.777 to 0.664 of activation memory but raised tiny ViT's from 0.508 to 0.580 (BERT 0.515 -> 0.514).
-_BELOW_ONE_PATCHES: dict = {}
-
-
-@contextlib.contextmanager
-def _stock_settings():
-    """Inductor's defaults for the settings of ``_BELOW_ONE_PATCHES`` inside the block."""
-    from torch._inductor import config
-
-    with config.patch({name: config._config[name].default for name in _BELOW_ONE_PATCHES}):
-        yield
-
-
 def _interpreted(gm: fx.GraphModule, example_inputs) -> Callable:
     """An uncompiled half that takes its arguments boxed and drops every value after its last reader."""
     def run(args: list):
@@ -1418,9 +1456,9 @@ def backend(budget=0.5, *, method: str = "auto", time_limit_s: float = 5.0, indu
     partitioner = RematPartitioner(budget, method=method, time_limit_s=time_limit_s, fused=inductor,
                                    knapsack=knapsack, cache=cache)
 
-    below_one = not (isinstance(budget, float) and budget >= 1.0)
-    patches = {**_INDUCTOR_PATCHES, **(_BELOW_ONE_PATCHES if below_one else {}), **(config_patches or {}),
-               "custom_partitioner_fn": partitioner}
+    # Inductor runs under its own settings and the user's; remat's plans add theirs per plan (the inner compile)
+    patches = {**(config_patches or {}), "custom_partitioner_fn": partitioner}
+    partitioner.plan_patches = {k: v for k, v in partitioner.plan_patches.items() if k not in (config_patches or {})}
 
     def compile_once(gm: fx.GraphModule, example_inputs):
         if inductor:
@@ -1438,9 +1476,7 @@ def backend(budget=0.5, *, method: str = "auto", time_limit_s: float = 5.0, indu
     def remat_backend(gm: fx.GraphModule, example_inputs):
         if not verify:
             return compile_once(gm, example_inputs)
-        import copy
-
-        pristine = copy.deepcopy(gm)
+        pristine = _copy_dynamo_graph(gm)
         partitioner.scale = 1.0
         tried: list = []
         first_error = None
@@ -1449,7 +1485,7 @@ def backend(budget=0.5, *, method: str = "auto", time_limit_s: float = 5.0, indu
                 n_plans = len(partitioner.plans)
                 try:
                     with _fresh_compile_metrics(attempt > 0):
-                        compiled = compile_once(copy.deepcopy(pristine), example_inputs)
+                        compiled = compile_once(_copy_dynamo_graph(pristine), example_inputs)
                 except CompiledBudgetError as exc:
                     if partitioner.force_smallest or inductor:  # Inductor: the smallest is generated code's peak
                         raise

@@ -71,7 +71,8 @@ def _install() -> None:
 
 @contextlib.contextmanager
 def recording():
-    """Collect :func:`capture` results of the graphs Inductor generates in this thread inside the block."""
+    """Collect :func:`capture` results of the graphs Inductor generates in this thread inside the block (an
+    enclosing recording sees them too)."""
     _install()
     previous = getattr(_local, "records", None)
     _local.records = records = []
@@ -79,6 +80,8 @@ def recording():
         yield records
     finally:
         _local.records = previous
+        if previous is not None:
+            previous.extend(records)
 
 
 def capture(graph, wrapper_code) -> dict:

@@ -133,6 +133,42 @@ def test_inductor_at_one_is_compiles_own(name):
     assert max(peaks) <= meter.peak_bytes * 1.01, (peaks, meter.peak_bytes)
 
 
+def _generated_code(model, x, be):
+    """The wrapper source Inductor generates for the forward and backward of ``model(x).square().mean()`` under
+    backend ``be`` (Inductor's and AOTAutograd's caches off, so both are generated here)."""
+    from torch._functorch import config as functorch_config
+    from torch._inductor import config as inductor_config
+
+    from remat_torch.compiled.generated import recording
+
+    torch._dynamo.reset()
+    with inductor_config.patch(fx_graph_cache=False), functorch_config.patch(enable_autograd_cache=False), \
+            recording() as records:
+        step = torch.compile(lambda v: model(v).square().mean(), backend=be)
+        step(x).backward()
+    # the first line names the graph's number in this process ("# AOT ID: ['0_forward']")
+    return [re.sub(r"^# AOT ID: .*\n", "", r["source"]) for r in records]
+
+
+def test_inductor_at_one_compiles_as_plain_compile():
+    """At budget 1.0 the backend hands Inductor compile's own halves under Inductor's own settings: the generated
+    forward and backward code is plain torch.compile's, line for line (buffer reuse on; parameters are static
+    inputs, saved as themselves)."""
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(32, 64)]
+    for _ in range(3):
+        layers += [torch.nn.Tanh(), torch.nn.Linear(64, 64)]
+    model = torch.nn.Sequential(*layers)
+    x = torch.randn(128, 32)
+    plain = _generated_code(copy.deepcopy(model), x, "inductor")
+    be = backend(1.0)
+    ours = _generated_code(copy.deepcopy(model), x, be)
+    assert len(plain) == 2 and ours == plain
+    assert any("# reuse" in code for code in ours)     # Inductor's buffer reuse is on
+    plan = be.partitioner.plans[-1]
+    assert plan.source == "compile-default" and plan.inductor_patches == {}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [
     pytest.param("bert", marks=pytest.mark.xfail(strict=True, reason=(
