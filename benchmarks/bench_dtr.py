@@ -58,8 +58,8 @@ SIM_NOTES = """Reading the tables:
 * The paper's figures come from its own simulator (depth-first recomputation, its own memory model); ours is the
   same evictor recorded as a Checkmate schedule and judged by our simulator, so the comparison is of magnitude,
   graph by graph, not of identical quantities.
-* Each run is what `solve(method="dtr")` returns: the default run, and when it fails the run with `keep_dead`
-  (values past their last use kept while one of their readers is still read later); "(k)" marks a cell that
+* Each run is the stage run of `solve(method="dtr", order="stages")`: the default rule, and when it fails the run
+  with `keep_dead` (values past their last use kept while one of their readers is still read later); "(k)" marks a cell that
   came from the second run.
 * Where DTR is expensive or fails here, the cause is the representation: a stage's recomputations run in
   ascending node order (the simulator's), so a recomputation that reaches back to the first nodes of the order
@@ -135,7 +135,7 @@ def run_sim(graphs: list[str], ilp_limit: float) -> dict:
         for h in HEURISTICS:
             t0 = time.perf_counter()
             per, kept = {}, {}
-            for f in FRACTIONS:   # as solve(method="dtr") runs it: the keep_dead run when the default one fails
+            for f in FRACTIONS:   # as solve(method="dtr", order="stages") runs it: keep_dead when the default fails
                 r = _run_with_fallback(g, int(f * peak), h, 0, DEFAULT_MAX_COMPUTE_FACTOR)
                 per[f] = overhead(g, r["schedule"]) if r["ok"] else None
                 kept[f] = r["ok"] and r["keep_dead"]

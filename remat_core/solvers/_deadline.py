@@ -238,7 +238,8 @@ def _cheapest_heuristic(graph: Graph, budget_bytes: int, deadline: float | None)
         if name not in _METHODS or (deadline is not None and time.perf_counter() >= deadline):
             continue
         try:
-            res = solve(graph, budget_bytes, method=name)
+            res = solve(graph, budget_bytes, method=name,
+                        **({"order": "stages"} if name == "dtr" else {}))   # dtr's stage run alone: the quick one
         except GraphValidationError:
             continue
         except Exception as exc:   # an optional heuristic's failure must not cost the solve

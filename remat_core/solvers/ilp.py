@@ -145,7 +145,7 @@ def _warm_start(graph: Graph, budget_bytes: int, include_lp_rounding: bool,
     if include_lp_rounding and "lp-rounding" in available_methods():
         names.append("lp-rounding")   # last: the most expensive, and it may use what is left of a limit
     for name in names:
-        options: dict[str, Any] = {}
+        options: dict[str, Any] = {"order": "stages"} if name == "dtr" else {}   # a warm start is a stage schedule
         if name == "lp-rounding":
             if lp_rounding_time_limit_s is not None:
                 options["time_limit_s"] = lp_rounding_time_limit_s

@@ -130,8 +130,8 @@ def test_thrashing_cutoff_is_a_compute_ratio_and_is_reported():
 def test_solve_returns_the_sequence_re_simulated_within_budget(fraction):
     g = linear_graph(12)
     budget = resolve_budget(g, fraction)
-    res = solve(g, budget, method="dtr", order="auto")
-    assert res.success and res.sequence is not None
+    res = solve(g, budget, method="dtr")   # the default: order="auto"
+    assert res.success and res.sequence is not None and res.stats["run_costs"].keys() >= {"stages", "given"}
     sim = simulate_sequence(g, res.sequence)
     assert sim.peak_memory_bytes <= budget
     assert res.objective == sim.total_cost and res.peak_memory_bytes == sim.peak_memory_bytes
@@ -139,7 +139,7 @@ def test_solve_returns_the_sequence_re_simulated_within_budget(fraction):
     assert res.objective == pytest.approx(min(costs.values())) and res.stats["run"] in costs
     if res.schedule is not None:
         assert res.stats["schedule_cost"] >= res.objective - 1e-9
-    stages = solve(g, budget, method="dtr")   # the default: the stage run alone, objective its schedule's cost
+    stages = solve(g, budget, method="dtr", order="stages")   # the stage run alone, objective its schedule's cost
     assert stages.objective == stages.stats["schedule_cost"] >= res.objective - 1e-9
     assert list(stages.stats["run_costs"]) == ["stages"]
 
