@@ -181,50 +181,84 @@ def _user_hooks(hooks) -> tuple:
 
 @contextlib.contextmanager
 def refusing_side_effect_hooks(model):
-    """Refuse forward hooks that only have side effects, while ``model`` is traced.
+    """Refuse forward hooks that have side effects, while ``model`` is traced.
 
     A forward hook that returns a new output is traced into the graph and is
-    part of the plan, and so is one that changes its output in place. One
-    that returns ``None`` and changes no tensor it is given (logging,
-    capturing a feature for another loss) would run on the trace's fake values only and
-    never during the planned steps, silently: such hooks are refused, with
-    the module that holds them. Hooks defined in torch or remat_torch are left
-    alone.
+    part of the plan, and so is one that changes its output in place. A hook
+    runs on the trace's placeholder values only, never during the planned
+    steps, so one whose effect is outside the graph would silently do nothing:
+    a forward hook that returns ``None`` and changes no tensor it is given
+    (logging, capturing a feature for another loss), and any forward or
+    pre-forward hook that keeps a tensor it was given or made (``feats.append(out)``,
+    ``self.act = out.detach()``), found by the tensor still being alive once
+    tracing is over. Such hooks are refused, with the module that holds them.
+    Hooks defined in torch or remat_torch are left alone.
     """
+    import gc
+    import weakref
+
     import torch
     from remat_core.errors import RematError
 
-    found: list = []
+    silent: list = []    # forward hooks that returned None and changed nothing
+    keeping: list = []   # hooks that kept a tensor
+    seen: list = []      # (module name, weak references to the tensors a hook was given, made or returned)
     wrapped: list = []
 
-    def versions(args):
-        return [t._version for t in torch.utils._pytree.tree_leaves(args) if isinstance(t, torch.Tensor)]
+    def tensors(tree):
+        return [t for t in torch.utils._pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)]
 
-    def wrap(name, fn):
+    class _Made(torch.overrides.TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.made = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            self.made.extend(weakref.ref(t) for t in tensors(out))
+            return out
+
+    def wrap(name, fn, forward):
         def hook(*args, **kwargs):
-            before = versions(args)
-            out = fn(*args, **kwargs)
+            given = tensors(args)
+            before = [t._version for t in given]
+            with _Made() as mode:
+                out = fn(*args, **kwargs)
+            seen.append((name, [weakref.ref(t) for t in given + tensors(out)] + mode.made))
             # A hook that changes the output in place (``out.mul_(2)``) returns None too, but what it does is
-            # traced into the graph: only one that changes no tensor it was given is refused.
-            if out is None and versions(args) == before and name not in found:
-                found.append(name)
+            # traced into the graph.
+            if forward and out is None and [t._version for t in given] == before and name not in silent:
+                silent.append(name)
             return out
         return hook
 
     for name, mod in model.named_modules():
-        for k in _user_hooks(mod._forward_hooks):
-            fn = mod._forward_hooks[k]
-            mod._forward_hooks[k] = wrap(name or type(model).__name__, fn)
-            wrapped.append((mod, k, fn))
+        for hooks, forward in ((mod._forward_hooks, True), (mod._forward_pre_hooks, False)):
+            for k in _user_hooks(hooks):
+                fn = hooks[k]
+                hooks[k] = wrap(name or type(model).__name__, fn, forward)
+                wrapped.append((hooks, k, fn))
     try:
         yield
     finally:
-        for mod, k, fn in wrapped:
-            if k in mod._forward_hooks:
-                mod._forward_hooks[k] = fn
-    if found:
+        for hooks, k, fn in wrapped:
+            if k in hooks:
+                hooks[k] = fn
+    if seen:
+        gc.collect()   # the trace's own values are garbage now; a tensor still alive is held by a hook
+        for name, refs in seen:
+            if name not in keeping and any(r() is not None for r in refs):
+                keeping.append(name)
+    if keeping:
         raise RematError(
-            f"forward hook(s) on module(s) {found} return nothing: a hook with only side effects (logging, "
+            f"forward hook(s) on module(s) {keeping} keep a tensor they were given or made: hooks run while the "
+            "model is traced, on placeholder values, and never during the planned steps, so what they keep would "
+            "be a placeholder and never a step's value. Remove them before rematerialize and read the value from "
+            "the model's outputs instead (a hook that only returns a changed output is traced into the plan and "
+            "runs every step)")
+    if silent:
+        raise RematError(
+            f"forward hook(s) on module(s) {silent} return nothing: a hook with only side effects (logging, "
             "capturing an output for another loss) would run while the model is traced, on placeholder values, "
             "and never during the planned steps. Remove it before rematerialize (a hook that returns the output, "
             "changed or not, is traced into the plan and runs every step), or read the value from the model's "

@@ -210,6 +210,21 @@ def test_a_feature_capturing_forward_hook_runs_once_per_step_or_is_refused():
         torch.testing.assert_close(f, model[2](torch.tanh(model[0](x * (step + 1)))).detach())
 
 
+@pytest.mark.parametrize("kind", ["returns_what_it_keeps", "pre_hook_keeps_its_input"])
+def test_a_hook_that_keeps_a_traced_tensor_is_refused(kind):
+    """A hook that returns its output but also keeps it (``feats.append(out); return out``) ran on the trace's
+    placeholders only: the list stayed empty during steps, silently. It is refused, naming the module."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
+    feats = []
+    if kind == "returns_what_it_keeps":
+        model[1].register_forward_hook(lambda mod, inp, out: (feats.append(out), out)[1])
+    else:
+        model[2].register_forward_pre_hook(lambda mod, inp: feats.append(inp[0].detach()))
+    with pytest.raises(Exception, match=r"hook\(s\) on module\(s\) \['[12]'\] keep a tensor"):
+        rematerialize(model, torch.randn(256, 16), budget=1.0, method="checkpoint-all")
+
+
 def test_a_forward_hook_that_changes_the_output_in_place_trains_like_eager():
     """``out.mul_(2)`` returns None like a logging hook, but changes what the model computes: it is traced into
     the plan (not refused as a side-effect hook) and every SGD step of a recomputing plan equals eager's."""
