@@ -214,8 +214,8 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
         Blocks of ``fixed_bytes`` (parameters, gradients, the input batch)
         the joint plans may keep on the host between their uses
         (:func:`~remat_core.host.zoo_state_layout` builds one for the
-        zoo models). Plans that move them have ``host_plan.layout`` set; the
-        PyTorch executor does not run those.
+        zoo models). Plans that move them have ``host_plan.layout`` set
+        (``remat_torch.offload.offload_training_state`` runs them in PyTorch).
     **options
         Passed to the remat method; a ``time_limit_s`` is shared among the
         ``base_budgets`` solves.
@@ -261,8 +261,9 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
                 or state_layout.fixed_bytes != graph.fixed_bytes:
             raise TypeError(f"`state_layout` must be a StateLayout of this graph; got {state_layout!r}")
         if schedule_required:
-            raise ValueError("`state_layout` cannot be combined with `schedule_required` (the PyTorch executor "
-                             "does not move the training state)")
+            raise ValueError("`state_layout` cannot be combined with `schedule_required` (plans saved as "
+                             "schedules do not move the training state; remat_torch.offload.offload_training_state "
+                             "runs plans that do)")
     start = time.perf_counter()
     cands: list[tuple[str, HostPlan, Schedule | None]] = []
     if method == "pofo":
