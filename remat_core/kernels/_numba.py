@@ -864,3 +864,42 @@ def dtr_sequence(n, dep_ptr, dep_idx, user_ptr, user_idx, mem, ws, cost, fixed, 
                                 i, n_cls, cls, uf_parent, uf_size, uf_cost, root_seen, cost, dep_ptr, dep_idx,
                                 user_ptr, user_idx, resident, seen_once)
     return _seq_out(info, 0, -1, -1, -1, peak, computations, evictions, kind, node, n_ev, total)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The on-disk cache: compiled ahead of the first timed call (see remat_core.kernels: while it lacks a kernel, the
+# dispatcher runs the reference and a child process runs compile_all)
+# ---------------------------------------------------------------------------------------------------------------
+def _signatures() -> dict:
+    """Each public kernel's argument types as the core's callers pass them (recorded from numba's cache after
+    auto, ilp, the bound and DTR's sequence runs): a Graph's arrays and a Schedule's CSR rows are read-only,
+    arrays built on the way writable; ints and floats are Python's."""
+    from numba import types
+
+    i, f = types.int64, types.float64
+    A, RO = types.Array(i, 1, "C"), types.Array(i, 1, "C", readonly=True)
+    F, FRO = types.Array(f, 1, "C"), types.Array(f, 1, "C", readonly=True)
+    return {
+        "simulate": [(i, *[RO] * 8, i), (i, A, A, A, A, RO, RO, RO, RO, i)],
+        "r_given_s": [(i, RO, RO, RO, RO), (i, A, A, RO, RO)],
+        "path_cuts": [(i, RO, RO, F, F, A, A, A, f, i)],
+        "dtr": [(i, *[RO] * 6, FRO, i, i, i, i, i, i)],
+        "dtr_sequence": [(i, *[RO] * 6, FRO, i, i, A, i, i, f, i)],
+    }
+
+
+def cached() -> bool:
+    """Whether numba's on-disk cache holds every public kernel for this source (then the first call of each
+    loads it in well under a second instead of compiling it for seconds). Reads numba's cache index, an
+    internal API: raises if that changed (the caller then assumes a warm cache, the behaviour before)."""
+    g = globals()
+    return all(len(g[name]._cache._cache_file._load_index()) > 0 for name in _signatures())
+
+
+def compile_all() -> None:
+    """Compile every public kernel for the argument types of :func:`_signatures` into numba's on-disk cache
+    (``make`` does it after installing; the dispatcher runs it in a child process when the cache is cold)."""
+    g = globals()
+    for name, sigs in _signatures().items():
+        for sig in sigs:
+            g[name].compile(sig)

@@ -267,7 +267,11 @@ def warm_kernels() -> None:
     """Load (and on a fresh install compile) the simulator's and DTR's kernels now, not inside the first
     timed call: numba compiles a kernel into its on-disk cache at its first use, several seconds that a
     first ``auto`` call with a short ``time_limit_s`` would spend past its limit. ``make`` runs this once
-    after installing."""
+    after installing. (A process that finds the cache cold runs the reference kernels while a child compiles:
+    :mod:`remat_core.kernels`.)"""
+    from .. import kernels
+
+    kernels.compile_numba()
     _warm_simulator()
     _warm_dtr()
 
