@@ -426,3 +426,38 @@ def test_a_parameter_replaced_by_one_of_another_shape_is_traced_again():
     torch.testing.assert_close(got, want)
     for p, q in zip(ref.parameters(), model.parameters()):
         torch.testing.assert_close(q.grad, p.grad)
+
+
+@pytest.mark.xfail(strict=True, reason="T-bugs #15: rematerialize(DDP(model)) never calls DDP.forward in the planned "
+                                       "steps, so DDP reduces no gradient after the first step, silently")
+def test_a_rematerialized_ddp_module_reduces_gradients_every_step_or_is_refused():
+    """The reverse of the documented ``DDP(rematerialize_shared(model))``. One gloo rank; a comm hook counts DDP's
+    bucket reductions: eager DDP 3 in 3 steps, remat 1 (with two ranks the ranks' parameters drifted apart)."""
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available() or dist.is_initialized():
+        pytest.skip("needs torch.distributed and no process group yet")
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        model, x, _ = _planned_mlp_after_a_step()
+        ddp, calls = DDP(model), []
+
+        def hook(state, bucket):
+            calls.append(1)
+            fut = torch.futures.Future()
+            fut.set_result(bucket.buffer())
+            return fut
+
+        ddp.register_comm_hook(None, hook)
+        try:
+            rm = rematerialize(ddp, x, budget=1.0, method="checkpoint-all")
+        except Exception as exc:   # refused: fine if it names DDP
+            assert "DistributedDataParallel" in str(exc) or "DDP" in str(exc)
+            return
+        calls.clear()
+        for _ in range(3):
+            rm(x).sum().backward()
+        assert len(calls) == 3
+    finally:
+        dist.destroy_process_group()
