@@ -20,12 +20,19 @@ label:
   ``b_{n-1}`` read right away);
 * ``"R"`` recompute: dropped after ``f_{j+1}``; a maximal run ``f_s .. f_e`` of
   ``R`` is computed again from ``f_{s-1}`` in the backward, all of it kept
-  until its backward node.
+  until its backward node;
+* ``"T"`` keep for the top: resident from its computation until the backward
+  unit above it has read it (``b_{j+1}`` reads its input ``f_j``, or the run
+  above is recomputed from it), then dropped and recomputed with the run of
+  ``R`` below it, ``f_s .. f_j`` (rotor drops a stage's stored input this way
+  once the stages above are done; not allowed for ``f_{n-1}``, whose ``R``
+  already does it).
 
 The backward runs in *units*, top to bottom: ``S(j)`` is ``b_j`` alone (``f_j``
 kept or offloaded); ``M(s, e)`` recomputes ``f_s .. f_e`` and runs ``b_{e+1}``
 (when ``e < n - 1`` and ``b_{e+1}`` reads ``f_e``; otherwise ``b_{e+1}`` is
-the unit ``S(e + 1)`` before it), then ``b_e .. b_s``. The loss is the
+the unit ``S(e + 1)`` before it), then ``b_e .. b_s``; ``M(s, e, "T")``, for a run ending
+in a ``T``, first drops ``f_e`` and recomputes ``f_s .. f_e``. The loss is the
 unit before the first. Each unit starts by waiting for the offloaded values it
 reads, then issues the prefetches of the next unit's offloaded values, so a
 unit's copies overlap the unit before it: the stall is ``max(0, copy time -
@@ -56,7 +63,7 @@ from .simulate import cost_per_second, validate_bandwidth
 
 __all__ = ["pofo_units", "pofo_plan", "pofo_solve", "pofo_nested_solve", "LABELS", "LEAF"]
 
-LABELS = ("K", "O", "R")
+LABELS = ("K", "O", "R", "T")
 #: The recursion tree of a run recomputed in one sweep (single-level POFO).
 LEAF = ("L",)
 
@@ -65,14 +72,15 @@ def _check_labels(info: ChainInfo, labels: Sequence[str]) -> list[str]:
     n = info.n_forward
     labels = list(labels)
     if len(labels) != n or any(x not in LABELS for x in labels):
-        raise ValueError(f"`labels` must be {n} of 'K', 'O', 'R'; got {labels!r}")
-    if labels[n - 1] == "O":
-        raise ValueError(f"`labels`: the last forward value (stage {n - 1}) cannot be offloaded")
+        raise ValueError(f"`labels` must be {n} of 'K', 'O', 'R', 'T'; got {labels!r}")
+    if labels[n - 1] in ("O", "T"):
+        raise ValueError(f"`labels`: the last forward value (stage {n - 1}) cannot be offloaded or kept for the top")
     return labels
 
 
 def pofo_units(labels: Sequence[str], reads_input: Sequence[bool] | None = None) -> list[tuple]:
-    """Backward units, top to bottom: ``("S", j)`` or ``("M", s, e, top)`` (``top`` is ``e + 1`` or ``None``).
+    """Backward units, top to bottom: ``("S", j)`` or ``("M", s, e, top)`` (``top`` is ``e + 1``, ``None``, or
+    ``"T"`` for a run ending in a ``T``).
 
     ``S(e + 1)`` joins the run below it as its top only when ``b_{e+1}``
     reads ``f_e`` (``reads_input[e + 1]``; default: always); otherwise it
@@ -82,11 +90,20 @@ def pofo_units(labels: Sequence[str], reads_input: Sequence[bool] | None = None)
     --------
     >>> pofo_units(["K", "R", "R", "O", "K"])
     [('S', 4), ('M', 1, 2, 3), ('S', 0)]
+    >>> pofo_units(["K", "R", "T", "K"])
+    [('S', 3), ('M', 1, 2, 'T'), ('S', 0)]
     """
     n = len(labels)
     units: list[tuple] = []
     j = n - 1
     while j >= 0:
+        if labels[j] == "T":
+            s = j
+            while s - 1 >= 0 and labels[s - 1] == "R":
+                s -= 1
+            units.append(("M", s, j, "T"))
+            j = s - 1
+            continue
         if labels[j] != "R":
             units.append(("S", j))
             j -= 1
@@ -110,10 +127,15 @@ def _reads_head(info: ChainInfo, unit: tuple) -> bool:
     return unit[1] > 0
 
 
+def _top(unit: tuple) -> int | None:
+    """The stage of an ``M`` unit's top (``S(e + 1)`` run inside it), or ``None``."""
+    return unit[3] if isinstance(unit[3], int) else None
+
+
 def _lo_hi(unit: tuple) -> tuple[int, int]:
     if unit[0] == "S":
         return unit[1], unit[1]
-    return unit[1], (unit[3] if unit[3] is not None else unit[2])
+    return unit[1], (unit[3] if _top(unit) is not None else unit[2])
 
 
 def _bw_ops(info: ChainInfo, j: int) -> list[tuple]:
@@ -128,7 +150,9 @@ def _seg_ops(info: ChainInfo, s: int, e: int, top: int | None, tree: tuple) -> l
     """The backward of forward stages ``s .. e`` (and of ``top`` above them) with ``f_{s-1}``, ``f_top`` and
     the gradient ``b_top`` reads present: recomputed in one sweep and kept (``LEAF``), or rotor's split
     ``("S", i, right, left)``: ``f_s .. f_{i-1}`` swept keeping ``f_{i-1}`` only, then stages ``i .. e`` by
-    ``right``, then ``s .. i-2`` under ``f_{i-1}`` by ``left`` (``None`` when ``i - 1 == s``)."""
+    ``right``, then ``s .. i-2`` under ``f_{i-1}`` by ``left`` (``None`` when ``i - 1 == s``); or
+    ``("D", i, right, left)``: the same sweep and ``right``, then ``f_{i-1}`` dropped and stages ``s .. i-1``
+    recomputed by ``left`` (rotor drops a stored input once the stages above it are done)."""
     if tree[0] == "L":
         ops = [("c", i, [i - 1] if i > 0 else []) for i in range(s, e + 1)]
         if top is not None:
@@ -136,15 +160,18 @@ def _seg_ops(info: ChainInfo, s: int, e: int, top: int | None, tree: tuple) -> l
         for i in range(e, s - 1, -1):
             ops += _bw_ops(info, i)
         return ops
-    _, i, right, left = tree
-    if not s < i <= e:
-        raise ValueError(f"a split of stages {s}..{e} must be at {s + 1}..{e}; got {i}")
+    kind, i, right, left = tree
+    if kind not in ("S", "D") or not s < i <= e:
+        raise ValueError(f"a split of stages {s}..{e} must be ('S' or 'D', i, right, left) with i in "
+                         f"{s + 1}..{e}; got {tree!r}")
     ops = []
     for j in range(s, i):
         ops.append(("c", j, [j - 1] if j > 0 else []))
         if j > s:
             ops.append(("f", j - 1))
     ops += _seg_ops(info, i, e, top, right)
+    if kind == "D":
+        return ops + [("f", i - 1)] + _seg_ops(info, s, i - 1, None, left)
     if i - 1 > s:
         ops += _seg_ops(info, s, i - 2, i - 1, left)
     else:
@@ -160,8 +187,8 @@ def _unit_ops(info: ChainInfo, unit: tuple) -> list[tuple]:
     as its fifth entry (nested POFO; default ``LEAF``)."""
     if unit[0] == "S":
         return _bw_ops(info, unit[1])
-    _, s, e, top = unit[:4]
-    return _seg_ops(info, s, e, top, unit[4] if len(unit) > 4 else LEAF)
+    _, s, e = unit[:3]
+    return _seg_ops(info, s, e, _top(unit), unit[4] if len(unit) > 4 else LEAF)
 
 
 def pofo_plan(graph: Graph, labels: Sequence[str], trees: Any = None) -> HostPlan:
@@ -171,7 +198,7 @@ def pofo_plan(graph: Graph, labels: Sequence[str], trees: Any = None) -> HostPla
     ----------
     graph : Graph
         A chain training graph.
-    labels : sequence of {"K", "O", "R"}
+    labels : sequence of {"K", "O", "R", "T"}
         One per forward value.
     trees : mapping, optional
         Nested POFO: for the first stage ``s`` of a run of ``R``, the
@@ -221,7 +248,7 @@ def pofo_plan(graph: Graph, labels: Sequence[str], trees: Any = None) -> HostPla
 
     for j in range(n):
         compute(j, j)
-        if j >= 1 and labels[j - 1] != "K":
+        if j >= 1 and labels[j - 1] not in ("K", "T"):
             free(j - 1)
         if labels[j] == "O":
             out.append(Offload(reg[j], j))
@@ -241,6 +268,8 @@ def pofo_plan(graph: Graph, labels: Sequence[str], trees: Any = None) -> HostPla
     for k, unit in enumerate(units):
         for v in needs[k]:
             out.append(Wait(reg[v]))
+        if unit[0] == "M" and unit[3] == "T":   # dropped before the next unit's prefetches are allocated
+            free(unit[2])
         for v in needs[k + 1] if k + 1 < len(units) else []:
             prefetch(v)
         ops = _unit_ops(info, unit)
@@ -262,7 +291,7 @@ def _needs(info: ChainInfo, labels: list[str], units: list[tuple]) -> list[list[
     out = []
     for unit in units:
         lo, hi = _lo_hi(unit)
-        reads = [v for v in ([hi] if unit[0] == "S" or unit[3] is not None else [])
+        reads = [v for v in ([hi] if unit[0] == "S" or _top(unit) is not None else [])
                  + ([lo - 1] if lo > 0 and _reads_head(info, unit) else [])]
         mine = [v for v in reads if labels[v] == "O" and v not in done]
         done.update(mine)
@@ -321,7 +350,9 @@ def pofo_nested_solve(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost
     ``LEAF`` (recompute the run, keep it all, run its backward) or ``("S", i,
     right, left)`` (sweep ``f_s .. f_{i-1}`` keeping ``f_{i-1}`` only, process
     stages ``i .. e`` by ``right``, then stages ``s .. i-2`` by ``left``, with
-    ``f_{i-1}`` as their top; ``left`` is ``None`` when ``i - 1 == s``). The
+    ``f_{i-1}`` as their top; ``left`` is ``None`` when ``i - 1 == s``), or
+    ``("D", i, right, left)`` (the same sweep and ``right``, then ``f_{i-1}``
+    dropped and stages ``s .. i-1`` recomputed by ``left``). The
     offload decisions are those of the outer labelling. For each run the DP
     keeps the Pareto front of (peak above what is resident at the unit's
     start, compute) over the trees, built from the fronts of the sub-runs; the
@@ -418,6 +449,10 @@ def _solve(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s: flo
                 for lp, cl, tl in left:
                     pk = max(p1, held + r, held + dr + lp)
                     cands.append((up(pk) if q > 1 else pk, c1 + cr + cl, ("S", i, tr, tl)))
+                # or f_{i-1} dropped after the right part and stages s_..i-1 recomputed
+                for lp, cl, tl in front(s_, i - 1, None):
+                    pk = max(p1, held + r, held + dr - mem[i - 1] + lp)
+                    cands.append((up(pk) if q > 1 else pk, c1 + cr + cl, ("D", i, tr, tl)))
         cands.sort(key=lambda x: (x[0], x[1]))
         out: list = []
         for c in cands:   # strictly faster as the peak grows
@@ -443,6 +478,8 @@ def _solve(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s: flo
             else:
                 opts += [(("M", t, e, e + 1), ("R",) * (e - t + 1) + (lab,))
                          for lab in ("K", "O") if e + 1 <= n - 2 or lab == "K"]
+            if e <= n - 2:   # f_e kept for the unit above, then recomputed with the run
+                opts.append((("M", t, e, "T"), ("R",) * (e - t) + ("T",)))
         return opts
 
     def transition(unit: tuple, labs: tuple, labprev: str) -> tuple:
@@ -460,7 +497,7 @@ def _solve(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s: flo
         fwd = 0.0
         for j in range(lo, hi + 1):
             if j == lo:   # kept below lo - 1, relative to K (kept below lo)
-                rel = -(mem[lo - 1] if labprev == "K" else 0)
+                rel = -(mem[lo - 1] if labprev in ("K", "T") else 0)
             else:         # kept below j - 1
                 rel = sum(mem[i] for i in range(lo, j - 1) if lab_of[i] == "K")
             peak = max(peak, fixed + rel + (mem[j - 1] if j >= 1 else 0) + mem[j] + ws[j])
@@ -469,16 +506,16 @@ def _solve(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s: flo
                 fwd += max(0.0, ct(j) - cost[j + 1])
         # the backward unit (the unit below's prefetches, issued at its start, add their bytes to every instant)
         resident = fixed + (mem[lo - 1] if labprev == "O" and reads_head else 0)
-        resident += mem[hi] if lab_of[hi] != "R" else 0
+        resident += mem[hi] if lab_of[hi] not in ("R", "T") else 0   # a T is dropped first
         resident += mem[n] if hi == n - 1 else mem[2 * n - (hi + 1)]
         if nested and unit[0] == "M" and unit[2] > unit[1]:
-            _, s_, e, top = unit
+            _, s_, e = unit[:3]
             # fastest first: the first that fits is the best for any state
-            variants = [(resident + r, d, tree) for r, d, tree in reversed(front(s_, e, top))]
+            variants = [(resident + r, d, tree) for r, d, tree in reversed(front(s_, e, _top(unit)))]
         else:
             bpeak, dur = walk(unit, resident, [])
             variants = [(bpeak, dur, None)]
-        added = sum(mem[j] for j in range(lo, hi + 1) if lab_of[j] == "K")
+        added = sum(mem[j] for j in range(lo, hi + 1) if lab_of[j] in ("K", "T"))
         return (peak, variants, fwd, added, lab_of[hi], lo - 1 if labprev == "O" and reads_head else -1,
                 lo - 1 if labprev == "O" and not reads_head else -1)
 
