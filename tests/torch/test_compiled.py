@@ -100,10 +100,12 @@ def _budget_error(exc):
 def _check(plans, peaks, model_within=None):
     assert len(plans) == 1, plans        # one graph, planned once (no graph break, no recompile)
     plan = plans[0]
-    assert plan.measured_peak_bytes is not None
+    # compile's own plan (budget 1.0) is not measured at compile time: it is plain torch.compile's
+    assert (plan.measured_peak_bytes is None) == (plan.source == "compile-default"), plan
     for peak in peaks:
         assert peak <= plan.budget_bytes or plan.source == "compile-default", (peak, plan)
-        assert abs(peak - plan.measured_peak_bytes) <= 0.05 * plan.measured_peak_bytes, (peak, plan)
+        if plan.measured_peak_bytes is not None:
+            assert abs(peak - plan.measured_peak_bytes) <= 0.05 * plan.measured_peak_bytes, (peak, plan)
         if model_within is not None:
             assert abs(peak - plan.predicted_peak_bytes) <= model_within * peak, (peak, plan)
     return plan
