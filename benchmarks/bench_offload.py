@@ -30,6 +30,7 @@ Usage::
     .venv/bin/python benchmarks/bench_offload.py            # everything (about 10 minutes on 2 loaded cores)
     .venv/bin/python benchmarks/bench_offload.py --quick    # the zoo models only, fewer budgets
     .venv/bin/python benchmarks/bench_offload.py --max-batch-only   # redo the maximum batch search
+    .venv/bin/python benchmarks/bench_offload.py --partial   # whole vs partial offloading, POFO on chains
     .venv/bin/python benchmarks/bench_offload.py --report-only
 """
 
@@ -373,9 +374,91 @@ def render(rows: list, meta: dict) -> str:
                       f"{len(capped)} of {len(models)} models within the time cap ({', '.join(capped) or 'none'}) "
                       f"and on {len(anytime)} at any time ({', '.join(anytime) or 'none'}); remat alone already "
                       f"reaches the ceiling on {len(ceiling)} ({', '.join(ceiling) or 'none'}).", ""]
+    if meta.get("partial"):
+        lines += render_partial(meta["partial"])
     lines += ["What the joint plan is at each cell (`joint_plan`), its stalls, recomputations, offloaded values "
               "and host peak are in `results/offload.json`."]
     return "\n".join(lines)
+
+
+#: --partial: heterogeneous chains (sizes in MB, costs in ms) whose backward reads each stage's input
+PARTIAL_CHAINS = [(20, seed) for seed in range(4)]
+PARTIAL_FRACTIONS = (0.25, 0.5, 0.75)
+PARTIAL_BUDGETS = (0.25, 0.3, 0.4, 0.5, 0.7)
+
+
+def partial_chain(n: int, seed: int):
+    """A chain training graph of ``n`` stages: values of 50-300 MB, forward 1-10 ms, backward twice that, every
+    backward node reading its stage's input (as a convolution's weight gradient does)."""
+    import random
+
+    from remat_core import Graph, Node
+
+    rng = random.Random(seed)
+    fwd = [rng.randint(1, 10) for _ in range(n)]
+    nodes = [Node(f"f{j}", cost=float(fwd[j]), memory_bytes=rng.randint(50, 300) * 10**6,
+                  deps=(f"f{j - 1}",) if j else ()) for j in range(n)]
+    nodes.append(Node("loss", cost=0.1, memory_bytes=4, deps=(f"f{n - 1}",)))
+    for j in range(n - 1, -1, -1):
+        deps = ["loss" if j == n - 1 else f"b{j + 1}", f"f{j}"] + ([f"f{j - 1}"] if j else [])
+        nodes.append(Node(f"b{j}", cost=2.0 * fwd[j], memory_bytes=rng.randint(50, 300) * 10**6, is_backward=True,
+                          deps=tuple(deps)))
+    return Graph(nodes, name=f"chain{n}-s{seed}", meta={"cost_unit": "ms"})
+
+
+def partial_sweep() -> dict:
+    """POFO with whole offloads against POFO that may also offload a chunk of a value (the best of
+    ``PARTIAL_FRACTIONS``), on :func:`partial_chain` graphs, each plan judged by the simulator."""
+    from remat_core.host import pofo_plan, pofo_solve
+
+    rows = []
+    for n, seed in PARTIAL_CHAINS:
+        g = partial_chain(n, seed)
+        top = checkpoint_all_peak_bytes(g)
+        once = float(g.cost.sum())
+        for bw in BANDWIDTHS:
+            for frac in PARTIAL_BUDGETS:
+                budget = g.fixed_bytes + int(frac * (top - g.fixed_bytes))
+                row = {"graph": g.name, "bandwidth": bw, "budget_fraction": frac}
+                labels, _ = pofo_solve(g, budget, bw)
+                sim = simulate_host(g, pofo_plan(g, labels), bw) if labels else None
+                row["whole"] = sim.time / once if sim and sim.peak_device_bytes <= budget else None
+                best = None
+                for f in PARTIAL_FRACTIONS:
+                    lp, _ = pofo_solve(g, budget, bw, partial=f)
+                    if lp is None:
+                        continue
+                    sp = simulate_host(g, pofo_plan(g, lp, partial=f), bw)
+                    if sp.peak_device_bytes <= budget and (best is None or sp.time / once < best[0]):
+                        best = (sp.time / once, f, lp.count("P"))
+                row["partial"], row["fraction"], row["chunked_values"] = best if best else (None, None, 0)
+                rows.append(row)
+                print(row, file=sys.stderr, flush=True)
+    return {"rows": rows, "command": _report.command_line(), "machine": _report.machine_line()}
+
+
+def render_partial(part: dict) -> list[str]:
+    rows = part["rows"]
+
+    def fmt(x):
+        return "—" if x is None else f"{x:.3f}"
+
+    lines = ["### Partial offloading (POFO on chains)", "",
+             "Time / (compute once) of the POFO plan with whole values offloaded and with a chunk of a value "
+             "offloaded too (label `P`, the best of fractions "
+             f"{', '.join(str(f) for f in PARTIAL_FRACTIONS)}), on chains of 20 stages with values of 50-300 MB, "
+             "forward 1-10 ms, backward twice that, every backward reading its stage's input "
+             "(`partial_chain` in the script); budget as a fraction of activation memory. Simulated.", "",
+             _report.table(["graph", "GB/s", "budget", "whole", "with chunks", "fraction", "values chunked"],
+                           [[r["graph"], f"{r['bandwidth'] / 1e9:g}", f"{r['budget_fraction']:g}", fmt(r["whole"]),
+                             fmt(r["partial"]), r["fraction"] or "—", r["chunked_values"]] for r in rows]), ""]
+    both = [r for r in rows if r["whole"] is not None and r["partial"] is not None]
+    gains = [1 - r["partial"] / r["whole"] for r in both]
+    only = sum(1 for r in rows if r["whole"] is None and r["partial"] is not None)
+    lines += [f"Chunks make the plan faster in {sum(1 for x in gains if x > 1e-9)} of {len(both)} cells where both "
+              f"fit (by up to {max(gains, default=0):.1%}, {sum(gains) / max(1, len(gains)):.1%} on average) and "
+              f"fit {only} cells where whole offloads do not. Command: `{part['command']}`.", ""]
+    return lines
 
 
 def plot(rows: list, path: str) -> None:
@@ -430,7 +513,18 @@ def main() -> None:
     ap.add_argument("--merge-side", default=None, help="fold the entries of results/<name>.json into offload.json")
     ap.add_argument("--resolution", type=float, default=0.01,
                     help="with --state-only: stop bisecting at this fraction of the batch (0: to one example)")
+    ap.add_argument("--partial", action="store_true",
+                    help="add the partial-offloading comparison on chains to the saved results")
     args = ap.parse_args()
+    if args.partial:
+        import json
+
+        with open(os.path.join(_report.RESULTS, "offload.json")) as f:
+            data = json.load(f)
+        data["meta"]["partial"] = partial_sweep()
+        _report.save_json("offload", data)
+        _report.write_section(SECTION, render(data["rows"], data["meta"]))
+        return
     if args.report_only:
         _report.rewrite_section_from_results("offload", SECTION, render)
         return

@@ -211,6 +211,9 @@ class OffloadExecutor(Executor):
                  cost_per_s: float | None = None):
         if not isinstance(plan, HostPlan):
             raise TypeError(f"`plan` must be a remat_core.host.HostPlan; got {type(plan).__name__}")
+        if plan.num_partial_offloads:   # a storage is one allocation: it cannot be freed in part
+            raise ValueError("`plan` offloads chunks of values (OffloadPart), which the PyTorch executor does not run "
+                             "(a tensor's storage cannot be freed in part); partial offloading is simulated only")
         self._block_ph = _block_placeholders(extracted, plan.layout) if plan.layout is not None else []
         super().__init__(extracted, strip_copies(plan), track=True)
         self.host_plan = plan

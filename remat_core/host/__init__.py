@@ -6,7 +6,8 @@ run on one copy stream that overlaps compute; a copy takes ``bytes /
 host_bandwidth`` seconds. What lives here:
 
 * ``plan``: the statements of a host plan (``Compute`` and ``Free`` from
-  :mod:`remat_core.plan`, plus ``Offload``, ``Prefetch`` and ``Wait``) and
+  :mod:`remat_core.plan`, plus ``Offload``, ``Prefetch`` and ``Wait``; a
+  chunk of a value: ``OffloadPart``, ``DropPart``, ``RestorePart``) and
   :class:`HostPlan`;
 * ``simulate``: :func:`simulate_host`, the judge of every host plan (peak
   device memory, peak host memory, time = compute + the stalls where a copy
@@ -29,7 +30,8 @@ plans it starts from). Never torch or tensorflow, and no module below imports
 this package (``solvers.solve`` reaches it through its registry of methods).
 """
 
-from .plan import DropState, FetchState, HostPlan, Offload, Prefetch, SaveState, Wait, host_plan_from_execution_plan
+from .plan import (DropPart, DropState, FetchState, HostPlan, Offload, OffloadPart, Prefetch, RestorePart, SaveState,
+                   Wait, host_plan_from_execution_plan)
 from .state import StateBlock, StateLayout, state_floor_bytes, zoo_state_layout
 from .simulate import (DEFAULT_FLOPS_PER_S, DEFAULT_HOST_BANDWIDTH, HostSimulation, cost_per_second,
                        simulate_host, validate_bandwidth)
@@ -39,7 +41,7 @@ from .dtr import dtr_swap_plan
 from .solve import HostResult, host_result_from_dict, remat_bases, solve_offload
 
 __all__ = [
-    "HostPlan", "Offload", "Prefetch", "Wait", "FetchState", "DropState", "SaveState", "host_plan_from_execution_plan",
+    "HostPlan", "Offload", "Prefetch", "Wait", "OffloadPart", "DropPart", "RestorePart", "FetchState", "DropState", "SaveState", "host_plan_from_execution_plan",
     "StateBlock", "StateLayout", "state_floor_bytes", "zoo_state_layout", "remat_bases",
     "HostSimulation", "simulate_host", "cost_per_second", "validate_bandwidth",
     "DEFAULT_HOST_BANDWIDTH", "DEFAULT_FLOPS_PER_S",

@@ -15,6 +15,13 @@ stream, with copies handed to one copy stream:
 A host slot lives from its ``Offload`` until the copy of its last
 ``Prefetch`` ends.
 
+Partial offloading (a value split in two chunks, one of which goes to the
+host, as in Beaumont et al.'s partial offloading) has three statements on a
+register: :class:`OffloadPart` starts copying its first ``nbytes`` to the
+host, :class:`DropPart` frees that chunk on the device (the register stays
+live with the rest, but cannot be read), and :class:`RestorePart` allocates
+the chunk again and copies it back (a read waits for the copy).
+
 With a :class:`~remat_core.host.state.StateLayout` (``HostPlan(...,
 layout=...)``), three statements move the training state (parameters, their
 gradients, the input batch) named by block index:
@@ -32,7 +39,7 @@ from typing import Any, Union
 
 from ..plan import Compute, ExecutionPlan, Free, InvalidPlanError, StatementList
 
-__all__ = ["Offload", "Prefetch", "Wait", "FetchState", "DropState", "SaveState", "HostStatement", "HostPlan",
+__all__ = ["Offload", "Prefetch", "Wait", "OffloadPart", "DropPart", "RestorePart", "FetchState", "DropState", "SaveState", "HostStatement", "HostPlan",
            "host_plan_from_execution_plan"]
 
 
@@ -61,6 +68,29 @@ class Wait:
 
 
 @dataclass(frozen=True)
+class OffloadPart:
+    """Start copying the first ``nbytes`` of device ``register`` (the value of ``node``) to the host."""
+
+    register: int
+    node: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class DropPart:
+    """Free the chunk of ``register`` copied to the host (after its copy); the rest stays on the device."""
+
+    register: int
+
+
+@dataclass(frozen=True)
+class RestorePart:
+    """Allocate the chunk of ``register`` on the host again and start copying it back."""
+
+    register: int
+
+
+@dataclass(frozen=True)
 class FetchState:
     """Allocate state block ``block`` (a parameter or input block) on the device and start copying it in."""
 
@@ -81,8 +111,10 @@ class SaveState:
     block: int
 
 
-HostStatement = Union[Compute, Free, Offload, Prefetch, Wait, FetchState, DropState, SaveState]
+HostStatement = Union[Compute, Free, Offload, Prefetch, Wait, OffloadPart, DropPart, RestorePart, FetchState,
+                      DropState, SaveState]
 _STATE = (FetchState, DropState, SaveState)
+_PART = (OffloadPart, DropPart, RestorePart)
 
 
 class HostPlan(StatementList):
@@ -105,7 +137,7 @@ class HostPlan(StatementList):
             raise InvalidPlanError(f"`layout` must be a StateLayout of a graph of {self.num_nodes} nodes; "
                                    f"got {layout!r}")
         for pos, s in enumerate(self.statements):
-            if not isinstance(s, (Compute, Free, Offload, Prefetch, Wait) + _STATE):
+            if not isinstance(s, (Compute, Free, Offload, Prefetch, Wait) + _STATE + _PART):
                 raise InvalidPlanError(f"statement {pos} is not a host plan statement: {s!r}")
             if isinstance(s, _STATE) and (layout is None or not 0 <= s.block < len(layout.blocks)):
                 raise InvalidPlanError(f"statement {pos} names state block {s.block}, which the plan's layout "
@@ -122,21 +154,27 @@ class HostPlan(StatementList):
 
     @property
     def num_offloads(self) -> int:
-        """Copies to the host."""
-        return sum(1 for s in self.statements if isinstance(s, Offload))
+        """Copies to the host (whole values and chunks)."""
+        return sum(1 for s in self.statements if isinstance(s, (Offload, OffloadPart)))
+
+    @property
+    def num_partial_offloads(self) -> int:
+        """Copies of a chunk of a value to the host."""
+        return sum(1 for s in self.statements if isinstance(s, OffloadPart))
 
     @property
     def num_prefetches(self) -> int:
-        """Copies back to the device."""
-        return sum(1 for s in self.statements if isinstance(s, Prefetch))
+        """Copies back to the device (whole values and chunks)."""
+        return sum(1 for s in self.statements if isinstance(s, (Prefetch, RestorePart)))
 
     def offloaded_nodes(self) -> list[int]:
         """Nodes copied to the host at least once, sorted."""
-        return sorted({s.node for s in self.statements if isinstance(s, Offload)})
+        return sorted({s.node for s in self.statements if isinstance(s, (Offload, OffloadPart))})
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: ``["compute", node, register, inputs, stage]``, ``["free", register, node]``,
         ``["offload", register, node]``, ``["prefetch", node, host, register]``, ``["wait", register]``,
+        ``["offload_part", register, node, nbytes]``, ``["drop_part", register]``, ``["restore_part", register]``,
         ``["fetch_state", block]``, ``["drop_state", block]``, ``["save_state", block]``; with a layout, also
         ``"layout"``."""
         out = []
@@ -151,6 +189,12 @@ class HostPlan(StatementList):
                 out.append(["prefetch", s.node, s.host, s.register])
             elif isinstance(s, Wait):
                 out.append(["wait", s.register])
+            elif isinstance(s, OffloadPart):
+                out.append(["offload_part", s.register, s.node, s.nbytes])
+            elif isinstance(s, DropPart):
+                out.append(["drop_part", s.register])
+            elif isinstance(s, RestorePart):
+                out.append(["restore_part", s.register])
             else:
                 out.append([_STATE_NAMES[type(s)], s.block])
         d = {"num_nodes": self.num_nodes, "statements": out}
@@ -165,7 +209,9 @@ class HostPlan(StatementList):
                   "free": lambda a: Free(int(a[0]), int(a[1])), "offload": lambda a: Offload(int(a[0]), int(a[1])),
                   "prefetch": lambda a: Prefetch(int(a[0]), int(a[1]), int(a[2])), "wait": lambda a: Wait(int(a[0])),
                   "fetch_state": lambda a: FetchState(int(a[0])), "drop_state": lambda a: DropState(int(a[0])),
-                  "save_state": lambda a: SaveState(int(a[0]))}
+                  "save_state": lambda a: SaveState(int(a[0])),
+                  "offload_part": lambda a: OffloadPart(int(a[0]), int(a[1]), int(a[2])),
+                  "drop_part": lambda a: DropPart(int(a[0])), "restore_part": lambda a: RestorePart(int(a[0]))}
         try:
             stmts = [makers[s[0]](s[1:]) for s in data["statements"]]
             layout = None

@@ -21,6 +21,9 @@ label:
 * ``"R"`` recompute: dropped after ``f_{j+1}``; a maximal run ``f_s .. f_e`` of
   ``R`` is computed again from ``f_{s-1}`` in the backward, all of it kept
   until its backward node;
+* ``"P"`` offload part (with ``partial=f``): like ``"O"`` for a chunk of
+  ``round(f * bytes)`` of the value (at least 1 byte, and 1 byte less than
+  the value); the rest stays on the device until the backward, as ``"K"``;
 * ``"T"`` keep for the top: resident from its computation until the backward
   unit above it has read it (``b_{j+1}`` reads its input ``f_j``, or the run
   above is recomputed from it), then dropped and recomputed with the run of
@@ -58,12 +61,12 @@ import numpy as np
 from ..chain import ChainInfo, as_chain
 from ..graph import Graph
 from ..plan import Compute, Free
-from .plan import HostPlan, Offload, Prefetch, Wait
+from .plan import DropPart, HostPlan, Offload, OffloadPart, Prefetch, RestorePart, Wait
 from .simulate import cost_per_second, validate_bandwidth
 
 __all__ = ["pofo_units", "pofo_plan", "pofo_solve", "pofo_nested_solve", "LABELS", "LEAF"]
 
-LABELS = ("K", "O", "R", "T")
+LABELS = ("K", "O", "R", "T", "P")
 #: The recursion tree of a run recomputed in one sweep (single-level POFO).
 LEAF = ("L",)
 
@@ -72,8 +75,8 @@ def _check_labels(info: ChainInfo, labels: Sequence[str]) -> list[str]:
     n = info.n_forward
     labels = list(labels)
     if len(labels) != n or any(x not in LABELS for x in labels):
-        raise ValueError(f"`labels` must be {n} of 'K', 'O', 'R', 'T'; got {labels!r}")
-    if labels[n - 1] in ("O", "T"):
+        raise ValueError(f"`labels` must be {n} of 'K', 'O', 'R', 'T', 'P'; got {labels!r}")
+    if labels[n - 1] in ("O", "T", "P"):
         raise ValueError(f"`labels`: the last forward value (stage {n - 1}) cannot be offloaded or kept for the top")
     return labels
 
@@ -125,6 +128,21 @@ def _reads_head(info: ChainInfo, unit: tuple) -> bool:
     if unit[0] == "S":
         return bool(info.reads_input[unit[1]])
     return unit[1] > 0
+
+
+def _chunk_bytes(nbytes: int, partial: float | None) -> int:
+    """Bytes of a value of ``nbytes`` that a ``"P"`` label offloads (0: the value cannot be split)."""
+    if partial is None or nbytes < 2:
+        return 0
+    return min(nbytes - 1, max(1, int(round(partial * nbytes))))
+
+
+def _check_partial(partial: Any) -> float | None:
+    if partial is None:
+        return None
+    if isinstance(partial, bool) or not isinstance(partial, (int, float)) or not 0 < float(partial) < 1:
+        raise ValueError(f"`partial` must be a fraction in (0, 1) or None; got {partial!r}")
+    return float(partial)
 
 
 def _top(unit: tuple) -> int | None:
@@ -191,19 +209,21 @@ def _unit_ops(info: ChainInfo, unit: tuple) -> list[tuple]:
     return _seg_ops(info, s, e, _top(unit), unit[4] if len(unit) > 4 else LEAF)
 
 
-def pofo_plan(graph: Graph, labels: Sequence[str], trees: Any = None) -> HostPlan:
+def pofo_plan(graph: Graph, labels: Sequence[str], trees: Any = None, partial: float | None = None) -> HostPlan:
     """The host plan of a labelling (see the module docstring).
 
     Parameters
     ----------
     graph : Graph
         A chain training graph.
-    labels : sequence of {"K", "O", "R", "T"}
+    labels : sequence of {"K", "O", "R", "T", "P"}
         One per forward value.
     trees : mapping, optional
         Nested POFO: for the first stage ``s`` of a run of ``R``, the
         recursion tree of that run (``LEAF`` or ``("S", i, right, left)``,
         see :func:`pofo_nested_solve`); default ``LEAF`` (one sweep).
+    partial : float, optional
+        The fraction of a value a ``"P"`` label offloads.
 
     Returns
     -------
@@ -224,8 +244,13 @@ def pofo_plan(graph: Graph, labels: Sequence[str], trees: Any = None) -> HostPla
     """
     info = as_chain(graph, "pofo")
     labels = _check_labels(info, labels)
+    partial = _check_partial(partial)
     n = info.n_forward
     deps = graph.deps
+    for j, lab in enumerate(labels):
+        if lab == "P" and not _chunk_bytes(int(graph.memory_bytes[j]), partial):
+            raise ValueError(f"`labels`: stage {j} is offloaded in part ('P'), which needs `partial` and a value of "
+                             f"at least 2 bytes")
     out: list = []
     reg: dict[int, int] = {}
     host: dict[int, int] = {}
@@ -241,6 +266,9 @@ def pofo_plan(graph: Graph, labels: Sequence[str], trees: Any = None) -> HostPla
         out.append(Free(reg.pop(node), node))
 
     def prefetch(node: int) -> None:
+        if labels[node] == "P":   # the chunk back into the same register
+            out.append(RestorePart(reg[node]))
+            return
         r = counter[0]
         counter[0] += 1
         out.append(Prefetch(node, host[node], r))
@@ -248,11 +276,15 @@ def pofo_plan(graph: Graph, labels: Sequence[str], trees: Any = None) -> HostPla
 
     for j in range(n):
         compute(j, j)
-        if j >= 1 and labels[j - 1] not in ("K", "T"):
+        if j >= 1 and labels[j - 1] == "P":
+            out.append(DropPart(reg[j - 1]))
+        elif j >= 1 and labels[j - 1] not in ("K", "T"):
             free(j - 1)
         if labels[j] == "O":
             out.append(Offload(reg[j], j))
             host[j] = reg[j]
+        elif labels[j] == "P":
+            out.append(OffloadPart(reg[j], j, _chunk_bytes(int(graph.memory_bytes[j]), partial)))
     units = pofo_units(labels, info.reads_input)
     trees = dict(trees or {})
     units = [u + (trees.pop(u[1], LEAF),) if u[0] == "M" else u for u in units]
@@ -293,14 +325,15 @@ def _needs(info: ChainInfo, labels: list[str], units: list[tuple]) -> list[list[
         lo, hi = _lo_hi(unit)
         reads = [v for v in ([hi] if unit[0] == "S" or _top(unit) is not None else [])
                  + ([lo - 1] if lo > 0 and _reads_head(info, unit) else [])]
-        mine = [v for v in reads if labels[v] == "O" and v not in done]
+        mine = [v for v in reads if labels[v] in ("O", "P") and v not in done]
         done.update(mine)
         out.append(mine)
     return out
 
 
 def pofo_solve(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s: float | None = None,
-               slot_bytes: int | None = None, mem_slots: int = 400) -> tuple[list[str] | None, float]:
+               slot_bytes: int | None = None, mem_slots: int = 400, partial: float | None = None,
+               ) -> tuple[list[str] | None, float]:
     """The cheapest labelling whose plan fits ``budget_bytes`` (the DP of the module docstring).
 
     :func:`pofo_nested_solve` also nests rotor's recursion inside the
@@ -321,11 +354,15 @@ def pofo_solve(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s:
         the memory above the fixed bytes split into ``mem_slots`` slots.
     mem_slots : int
         See ``slot_bytes``.
+    partial : float, optional
+        Also offload part of a value (label ``"P"``): this fraction of it
+        (default: whole values only).
 
     Returns
     -------
     labels : list of str or None
-        ``None`` when no labelling fits.
+        ``None`` when no labelling fits (for :func:`pofo_plan`, with the same
+        ``partial``).
     time : float
         Compute plus stalls of that plan, in cost units (``inf`` if none).
 
@@ -336,12 +373,13 @@ def pofo_solve(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s:
     >>> pofo_solve(g, 4, host_bandwidth=1.0, slot_bytes=1)   # checkpoint-all needs 6 bytes
     (['O', 'O', 'K', 'K'], 9.0)
     """
-    labels, _, t = _solve(graph, budget_bytes, host_bandwidth, cost_per_s, slot_bytes, mem_slots, nested=False)
+    labels, _, t = _solve(graph, budget_bytes, host_bandwidth, cost_per_s, slot_bytes, mem_slots, nested=False,
+                          partial=partial)
     return labels, t
 
 
 def pofo_nested_solve(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s: float | None = None,
-                      slot_bytes: int | None = None, mem_slots: int = 400,
+                      slot_bytes: int | None = None, mem_slots: int = 400, partial: float | None = None,
                       ) -> tuple[list[str] | None, dict | None, float]:
     """Nested POFO: the labelling and the recursion trees of its recomputed runs, fastest within the budget.
 
@@ -373,12 +411,15 @@ def pofo_nested_solve(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost
     >>> pofo_nested_solve(g, 4, host_bandwidth=1e-9, slot_bytes=1)   # single-level POFO needs a 1e9 s copy here
     (['R', 'R', 'R', 'K', 'R', 'K'], {0: ('S', 2, ('L',), ('L',))}, 18.0)
     """
-    return _solve(graph, budget_bytes, host_bandwidth, cost_per_s, slot_bytes, mem_slots, nested=True)
+    return _solve(graph, budget_bytes, host_bandwidth, cost_per_s, slot_bytes, mem_slots, nested=True,
+                  partial=partial)
 
 
 def _solve(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s: float | None, slot_bytes: int | None,
-           mem_slots: int, nested: bool) -> tuple[list[str] | None, dict | None, float]:
+           mem_slots: int, nested: bool, partial: float | None = None,
+           ) -> tuple[list[str] | None, dict | None, float]:
     info = as_chain(graph, "pofo")
+    partial = _check_partial(partial)
     bw = validate_bandwidth(host_bandwidth)
     if bw is None:
         raise ValueError("`host_bandwidth` must be a positive number of bytes/s for POFO")
@@ -394,8 +435,18 @@ def _solve(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s: flo
     ws = [int(v) for v in graph.workspace_bytes]
     cost = [float(v) for v in graph.cost]
 
-    def ct(v: int) -> float:
-        return 0.0 if bw == math.inf else mem[v] / bw * cps
+    def ctb(nbytes: int) -> float:
+        return 0.0 if bw == math.inf else nbytes / bw * cps
+
+    chunk = [_chunk_bytes(m, partial) for m in mem]
+
+    def moved(v: int, lab: str) -> int:
+        """Bytes the copies of an offloaded ``f_v`` move (and the prefetch allocates)."""
+        return chunk[v] if lab == "P" else mem[v]
+
+    def offs(j: int) -> tuple[str, ...]:
+        """Offload labels of stage ``j``."""
+        return ("O", "P") if chunk[j] else ("O",)
 
     def up(x: int) -> int:
         return -(-x // q) * q
@@ -471,13 +522,13 @@ def _solve(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s: flo
 
     def options_at(t: int) -> list[tuple[tuple, tuple[str, ...]]]:
         """Units starting at ``t``: S(t), or M(t, e) with or without a top, with their labels."""
-        opts = [(("S", t), (lab,)) for lab in ("K", "O") if t <= n - 2 or lab == "K"]
+        opts = [(("S", t), (lab,)) for lab in ("K",) + offs(t) if t <= n - 2 or lab == "K"]
         for e in range(t, n):
             if e == n - 1 or not info.reads_input[e + 1]:   # b_{e+1} runs alone before the run (it is S(e+1))
                 opts.append((("M", t, e, None), ("R",) * (e - t + 1)))
             else:
                 opts += [(("M", t, e, e + 1), ("R",) * (e - t + 1) + (lab,))
-                         for lab in ("K", "O") if e + 1 <= n - 2 or lab == "K"]
+                         for lab in ("K",) + offs(e + 1) if e + 1 <= n - 2 or lab == "K"]
             if e <= n - 2:   # f_e kept for the unit above, then recomputed with the run
                 opts.append((("M", t, e, "T"), ("R",) * (e - t) + ("T",)))
         return opts
@@ -497,15 +548,16 @@ def _solve(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s: flo
         fwd = 0.0
         for j in range(lo, hi + 1):
             if j == lo:   # kept below lo - 1, relative to K (kept below lo)
-                rel = -(mem[lo - 1] if labprev in ("K", "T") else 0)
-            else:         # kept below j - 1
+                rel = -(mem[lo - 1] if labprev in ("K", "T") else mem[lo - 1] - chunk[lo - 1] if labprev == "P" else 0)
+            else:         # kept below j - 1 (inside a unit only its top is not an R)
                 rel = sum(mem[i] for i in range(lo, j - 1) if lab_of[i] == "K")
             peak = max(peak, fixed + rel + (mem[j - 1] if j >= 1 else 0) + mem[j] + ws[j])
             fwd += cost[j]
-            if lab_of[j] == "O":
-                fwd += max(0.0, ct(j) - cost[j + 1])
+            if lab_of[j] in ("O", "P"):
+                fwd += max(0.0, ctb(moved(j, lab_of[j])) - cost[j + 1])
         # the backward unit (the unit below's prefetches, issued at its start, add their bytes to every instant)
-        resident = fixed + (mem[lo - 1] if labprev == "O" and reads_head else 0)
+        off_prev = labprev in ("O", "P")
+        resident = fixed + (moved(lo - 1, labprev) if off_prev and reads_head else 0)
         resident += mem[hi] if lab_of[hi] not in ("R", "T") else 0   # a T is dropped first
         resident += mem[n] if hi == n - 1 else mem[2 * n - (hi + 1)]
         if nested and unit[0] == "M" and unit[2] > unit[1]:
@@ -516,12 +568,14 @@ def _solve(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s: flo
             bpeak, dur = walk(unit, resident, [])
             variants = [(bpeak, dur, None)]
         added = sum(mem[j] for j in range(lo, hi + 1) if lab_of[j] in ("K", "T"))
-        return (peak, variants, fwd, added, lab_of[hi], lo - 1 if labprev == "O" and reads_head else -1,
-                lo - 1 if labprev == "O" and not reads_head else -1)
+        added += sum(mem[j] - chunk[j] for j in range(lo, hi + 1) if lab_of[j] == "P")   # the rest of a chunked value
+        need = (lo - 1, moved(lo - 1, labprev)) if off_prev else ()
+        return (peak, variants, fwd, added, lab_of[hi], need if reads_head else (), () if reads_head else need)
 
     cache: dict[tuple, tuple] = {}
-    # state: (t, kept bytes below t rounded up, label of t-1, the other value the unit below needs or -1)
-    best: dict[tuple, tuple] = {(0, 0, "-", -1): (0.0, None, None, None)}
+    # state: (t, kept bytes below t rounded up, label of t-1, the other value the unit below needs and the bytes its
+    # copy moves, or ())
+    best: dict[tuple, tuple] = {(0, 0, "-", ()): (0.0, None, None, None)}
     for t in range(n):
         here = [s for s in best if s[0] == t]
         # a state with fewer kept bytes and no more time dominates (the future depends on K only through peaks)
@@ -547,15 +601,15 @@ def _solve(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s: flo
                 if key not in cache:
                     cache[key] = transition(unit, labs, labprev)
                 fpeak, variants, fwd, added, top, new_extra, head_below = cache[key]
-                below = [v for v in (extra, head_below) if v >= 0]
-                below_bytes = sum(mem[v] for v in below)
+                below = [x[1] for x in (extra, head_below) if x]   # bytes of the unit below's prefetches
+                below_bytes = sum(below)
                 if kept + fpeak > budget:
                     continue
                 fit = next(((bp, d, tree) for bp, d, tree in variants if kept + bp + below_bytes <= budget), None)
                 if fit is None:
                     continue
                 _, dur, tree = fit
-                dt = fwd + dur + max(0.0, sum(ct(v) for v in below) - dur)
+                dt = fwd + dur + max(0.0, sum(ctb(b) for b in below) - dur)
                 kept2 = kept + added
                 nstate = (_lo_hi(unit)[1] + 1, up(kept2) if q > 1 else kept2, top, new_extra)
                 tot = time0 + dt
@@ -567,17 +621,17 @@ def _solve(graph: Graph, budget_bytes: int, host_bandwidth: Any, cost_per_s: flo
         t, kept, labprev, extra = state
         if t != n:
             continue
-        below = [extra] if extra >= 0 else []
+        below = [extra[1]] if extra else []
         kept_n = kept - (mem[n - 1] if labprev == "K" else 0)
         cur = fixed + kept_n + mem[n - 1]
         peak = cur
-        for v in below:
-            cur += mem[v]
+        for b in below:
+            cur += b
             peak = max(peak, cur)
         peak = max(peak, cur + mem[n] + ws[n])
         if peak > budget:
             continue
-        tot = time0 + cost[n] + max(0.0, sum(ct(v) for v in below) - cost[n])
+        tot = time0 + cost[n] + max(0.0, sum(ctb(b) for b in below) - cost[n])
         if final is None or tot < final[0] - 1e-12:
             final = (tot, state)
     if final is None:

@@ -18,7 +18,13 @@ Model (``docs/offload.rst``):
   on it has ended. So a value being copied out counts until the copy ends and
   a value being copied back counts from the start of the copy;
 * host memory counts a slot from its ``Offload`` until the copy of its last
-  ``Prefetch`` ends (a slot never read back: until its own copy ends).
+  ``Prefetch`` ends (a slot never read back: until its own copy ends);
+* partial offloading: an ``OffloadPart`` copies a chunk of a register to the
+  host, a ``DropPart`` removes the chunk from device memory once that copy
+  has ended (the register stays live but cannot be read), a ``RestorePart``
+  adds it back when issued and copies it in (a read waits for it); a
+  ``Free`` removes what of the register is on the device. The host holds the
+  chunk from its ``OffloadPart`` until its ``RestorePart`` copy ends.
 
 * with a state layout (:mod:`remat_core.host.state`), every block starts on
   the device (inside ``fixed_bytes``, as without a host tier). A
@@ -50,7 +56,7 @@ import numpy as np
 
 from ..graph import Graph
 from ..plan import Compute, Free, InvalidPlanError
-from .plan import DropState, FetchState, HostPlan, Offload, Prefetch, SaveState, Wait
+from .plan import DropPart, DropState, FetchState, HostPlan, Offload, OffloadPart, Prefetch, RestorePart, SaveState, Wait
 
 __all__ = ["HostSimulation", "simulate_host", "cost_per_second", "validate_bandwidth", "DEFAULT_HOST_BANDWIDTH",
            "DEFAULT_FLOPS_PER_S"]
@@ -224,7 +230,8 @@ def simulate_host(graph: Graph, plan: HostPlan, host_bandwidth: Any = None, cost
         raise InvalidPlanError(f"the plan's state layout is for {layout.fixed_bytes} fixed bytes; the graph has "
                                f"{graph.fixed_bytes}")
     bw = validate_bandwidth(host_bandwidth)
-    has_copies = any(isinstance(s, (Offload, Prefetch, FetchState, SaveState)) for s in plan.statements)
+    has_copies = any(isinstance(s, (Offload, Prefetch, FetchState, SaveState, OffloadPart, RestorePart))
+                     for s in plan.statements)
     if has_copies and bw is None:
         raise ValueError("`host_bandwidth` must be a positive number of bytes/s for a plan that copies to the host")
     cps = cost_per_second(graph, cost_per_s) if has_copies and bw != math.inf else 1.0
@@ -243,9 +250,14 @@ def simulate_host(graph: Graph, plan: HostPlan, host_bandwidth: Any = None, cost
     slots: dict[int, int] = {}          # host slot -> node
     slot_end: dict[int, float] = {}     # host slot -> end of its offload copy
     remaining = {}                      # host slot -> prefetches still to come
+    part: dict[int, int] = {}           # register -> bytes of its chunk on the host
+    dropped: dict[int, int] = {}        # register -> bytes of its chunk off the device
+    restores: dict[int, int] = {}       # register -> RestorePart statements still to come
     for s in plan.statements:
         if isinstance(s, Prefetch):
             remaining[s.host] = remaining.get(s.host, 0) + 1
+        elif isinstance(s, RestorePart):
+            restores[s.register] = restores.get(s.register, 0) + 1
     host_events: list[tuple[float, int]] = []
     copies: list[tuple[str, int, float, float]] = []
     current = graph.fixed_bytes
@@ -285,6 +297,9 @@ def simulate_host(graph: Graph, plan: HostPlan, host_bandwidth: Any = None, cost
                 if holds.get(r) != i:
                     raise InvalidPlanError(f"statement {pos}: node {k} reads register {r}, "
                                            f"which does not hold live node {i}")
+                if r in dropped:
+                    raise InvalidPlanError(f"statement {pos}: node {k} reads register {r}, part of which is on "
+                                           f"the host (RestorePart it first)")
                 if r in pending_in:   # a prefetch still running (a copy out does not block reads)
                     tc = wait(r, tc, out=False)
             grown = 0
@@ -322,7 +337,7 @@ def simulate_host(graph: Graph, plan: HostPlan, host_bandwidth: Any = None, cost
             if s.register not in holds:
                 raise InvalidPlanError(f"statement {pos} frees register {s.register}, which is not live")
             tc = wait(s.register, tc)
-            current -= int(mem[holds.pop(s.register)])
+            current -= int(mem[holds.pop(s.register)]) - dropped.pop(s.register, 0)
         elif isinstance(s, Offload):
             node = holds.get(s.register)
             if node is None:
@@ -361,6 +376,45 @@ def simulate_host(graph: Graph, plan: HostPlan, host_bandwidth: Any = None, cost
             remaining[s.host] -= 1
             if remaining[s.host] == 0:
                 host_events.append((tx, -int(mem[s.node])))
+        elif isinstance(s, OffloadPart):
+            node = holds.get(s.register)
+            if node is None or node != s.node:
+                raise InvalidPlanError(f"statement {pos} offloads part of register {s.register}, which does not hold "
+                                       f"live node {s.node}")
+            if s.register in part or not 0 < s.nbytes < int(mem[node]):
+                raise InvalidPlanError(f"statement {pos} offloads {s.nbytes} of the {int(mem[node])} bytes of "
+                                       f"register {s.register} (a chunk of 1 to {int(mem[node]) - 1} bytes, once)")
+            start = max(tc, tx)
+            tx = start + copy_time(s.nbytes)
+            pending_out[s.register] = tx
+            part[s.register] = s.nbytes
+            copied += s.nbytes
+            copies.append(("offload", node, start, tx))
+            host_events.append((tc, s.nbytes))
+            if not restores.get(s.register):
+                host_events.append((tx, -s.nbytes))
+        elif isinstance(s, DropPart):
+            if s.register not in part or s.register in dropped or s.register not in holds:
+                raise InvalidPlanError(f"statement {pos} drops the chunk of register {s.register}, which has no "
+                                       f"chunk on the host or has dropped it already")
+            tc = max(tc, pending_out.pop(s.register, tc))
+            dropped[s.register] = part[s.register]
+            current -= part[s.register]
+        elif isinstance(s, RestorePart):
+            if s.register not in dropped:
+                raise InvalidPlanError(f"statement {pos} restores register {s.register}, which has no chunk off the "
+                                       f"device")
+            nb = dropped.pop(s.register)
+            current += nb
+            peak = max(peak, current)
+            start = max(tc, tx)
+            tx = start + copy_time(nb)
+            pending_in[s.register] = tx
+            copied += nb
+            copies.append(("prefetch", holds[s.register], start, tx))
+            restores[s.register] -= 1
+            if restores[s.register] == 0:
+                host_events.append((tx, -nb))
         elif isinstance(s, DropState):
             j = s.block
             b = blocks[j]

@@ -190,7 +190,8 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
     budget_bytes : int
         Device bytes, fixed bytes included.
     method : str
-        ``"pofo"``, ``"pofo-nested"`` (chains), ``"offload-all"``, ``"dtr-swap"``,
+        ``"pofo"``, ``"pofo-nested"`` (chains; option ``partial=f`` also
+        offloads a fraction ``f`` of a value), ``"offload-all"``, ``"dtr-swap"``,
         ``"offload-milp"`` or ``"offload-lp-rounding"`` (small graphs;
         ``time_limit_s`` option), or a remat
         method (default ``"auto"``) whose plans the joint search starts from.
@@ -389,12 +390,13 @@ def remat_bases(graph: Graph, budget_bytes: int, method: str = "auto", base_budg
 
 def _pofo(graph: Graph, budget: int, bw: float, cost_per_s: float | None, options: dict,
           nested: bool = False) -> list:
+    partial = options.get("partial")   # the labels' "P" offloads this fraction of a value
     if nested:
         labels, trees, _ = pofo_nested_solve(graph, budget, bw, cost_per_s, **options)
         if labels is None:
             return []
-        return [(f"nested pofo {''.join(labels)} {trees}", pofo_plan(graph, labels, trees), None)]
+        return [(f"nested pofo {''.join(labels)} {trees}", pofo_plan(graph, labels, trees, partial=partial), None)]
     labels, _ = pofo_solve(graph, budget, bw, cost_per_s, **options)
     if labels is None:
         return []
-    return [("pofo " + "".join(labels), pofo_plan(graph, labels), None)]
+    return [("pofo " + "".join(labels), pofo_plan(graph, labels, partial=partial), None)]

@@ -188,3 +188,50 @@ def test_pofo_nested_method_and_joint_search():
     assert res.success and res.objective == 18.0 and res.stats["plan"].startswith("nested pofo")
     joint = solve(g, 4, method="rotor", host_bandwidth=1e-9)   # the joint search runs it on chains
     assert joint.success and joint.objective <= 18.0 and joint.peak_memory_bytes <= 4
+
+
+def _exhaustive_partial(g, n, bw, partial):
+    """(peak, time) of every labelling with whole and partial offloads, each judged by the simulator."""
+    out = []
+    for labels in itertools.product(*([("K", "O", "R", "T", "P")] * (n - 1) + [("K", "R")])):
+        if any(lab == "P" and g.memory_bytes[j] < 2 for j, lab in enumerate(labels)):
+            continue   # a value of 1 byte has no chunk
+        sim = simulate_host(g, pofo_plan(g, labels, partial=partial), host_bandwidth=bw)
+        out.append((sim.peak_device_bytes, sim.time))
+    return out
+
+
+@pytest.mark.parametrize("n,seed,reads_input,bw,partial", [(4, 3, True, 1.0, 0.5), (5, 4, False, 0.5, 0.5),
+                                                           (5, 9, True, 1.0, 0.3), (6, 5, True, 0.5, 0.5)])
+def test_partial_dp_equals_exhaustive_search(n, seed, reads_input, bw, partial):
+    """With ``partial``, a value may also be offloaded in part ("P": a chunk goes to the host, the rest stays);
+    the DP equals exhaustive search over that space, and it is faster than whole offloading at some budgets."""
+    g = _chain(n, seed, reads_input)
+    table = _exhaustive_partial(g, n, bw, partial)
+    faster = 0
+    for budget in range(g.fixed_bytes + 1, checkpoint_all_peak_bytes(g) + 2):
+        best = min((t for peak, t in table if peak <= budget), default=math.inf)
+        labels, t = pofo_solve(g, budget, bw, slot_bytes=1, partial=partial)
+        assert t == pytest.approx(best, abs=1e-9), budget
+        whole = pofo_solve(g, budget, bw, slot_bytes=1)[1]
+        assert t <= whole + 1e-9
+        faster += t < whole - 1e-9
+        if labels is not None:
+            sim = simulate_host(g, pofo_plan(g, labels, partial=partial), host_bandwidth=bw)
+            assert sim.peak_device_bytes <= budget and sim.time == pytest.approx(t, abs=1e-9)
+        nested = pofo_nested_solve(g, budget, bw, slot_bytes=1, partial=partial)
+        assert nested[2] <= t + 1e-9
+        if nested[0] is not None:
+            sim = simulate_host(g, pofo_plan(g, nested[0], nested[1], partial=partial), host_bandwidth=bw)
+            assert sim.peak_device_bytes <= budget and sim.time == pytest.approx(nested[2], abs=1e-9)
+    assert faster > 0
+
+
+def test_partial_bad_input():
+    g = _chain(3, 2, False)
+    with pytest.raises(ValueError, match="`partial`"):
+        pofo_solve(g, 100, 1.0, partial=1.5)
+    with pytest.raises(ValueError, match="`labels`"):
+        pofo_plan(g, ["P", "K", "K"])   # no fraction given
+    res = solve(g, checkpoint_all_peak_bytes(g) - 1, method="pofo", host_bandwidth=1.0, partial=0.5)
+    assert res.success and res.peak_memory_bytes < checkpoint_all_peak_bytes(g)

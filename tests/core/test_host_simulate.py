@@ -134,3 +134,36 @@ def test_the_host_tier_loads_no_framework_or_solver_library():
             "'highspy', 'numba', 'matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_partial_offload_by_hand():
+    """A chunk of ``a`` goes to the host while ``c`` runs: device 10 bytes there instead of 12."""
+    from remat_core.host import DropPart, OffloadPart, RestorePart
+
+    g = Graph([Node("a", 2.0, 4), Node("b", 2.0, 4, deps=("a",)), Node("c", 2.0, 4, deps=("b",)),
+               Node("d", 2.0, 1, deps=("a", "c"), is_backward=True)], meta={"cost_unit": "s"})
+    stmts = [
+        Compute(0, 0, (), 0),        # a: 0-2 s, device 4
+        OffloadPart(0, 0, 2),        # 2 of a's 4 bytes: 2-3 s at 2 B/s, host 2
+        Compute(1, 1, (0,), 1),      # b: 2-4 s, device 8
+        DropPart(0),                 # the copy has ended: device 6
+        Compute(2, 2, (1,), 2),      # c: 4-6 s, device 10 (whole a: 12)
+        Free(1, 1),                  # device 6
+        RestorePart(0),              # the chunk back: 6-7 s, device 8
+        Compute(3, 3, (0, 2), 3),    # d waits for it (stall 1 s): 7-9 s, device 9
+        Free(0, 0), Free(2, 2), Free(3, 3)]
+    sim = simulate_host(g, HostPlan(stmts, 4), host_bandwidth=2.0)
+    assert (sim.time, sim.stall, sim.peak_device_bytes, sim.peak_host_bytes, sim.copied_bytes) == (9.0, 1.0, 10, 2, 4)
+    assert sim.step_memory_bytes.tolist() == [4, 8, 10, 9]
+    plan = HostPlan(stmts, 4)
+    assert HostPlan.from_dict(plan.to_dict()).statements == plan.statements
+    assert (plan.num_offloads, plan.num_partial_offloads, plan.num_prefetches) == (1, 1, 1)
+    bad = [
+        (stmts[:3] + [Compute(2, 2, (1,), 2), DropPart(0), Compute(3, 3, (0, 2), 3)], "part of which"),   # read
+        ([Compute(0, 0, (), 0), OffloadPart(0, 0, 4)], "chunk of 1 to 3"),                                   # whole
+        ([Compute(0, 0, (), 0), DropPart(0)], "no chunk"),
+        ([Compute(0, 0, (), 0), RestorePart(0)], "no chunk off"),
+    ]
+    for stmts_bad, match in bad:
+        with pytest.raises(InvalidPlanError, match=match):
+            simulate_host(g, HostPlan(stmts_bad, 4), host_bandwidth=2.0)

@@ -161,6 +161,13 @@ def test_state_plans_are_checked():
         g, 10**9, host_bandwidth=math.inf).host_plan.statements], g.n, layout=wrong)
     with pytest.raises(ValueError, match="torch_state_layout"):
         OffloadExecutor(eg, plan)
+    from remat_core.host import DropPart, OffloadPart, RestorePart
+
+    base = solve_offload(g, 10**9, host_bandwidth=math.inf).host_plan.statements
+    parts = [base[0], OffloadPart(base[0].register, base[0].node, 8), base[1], DropPart(base[0].register),
+             RestorePart(base[0].register)] + list(base[2:])
+    with pytest.raises(ValueError, match="OffloadPart"):   # simulated only: a storage is not freed in part
+        OffloadExecutor(eg, HostPlan(parts, g.n))
     with pytest.raises(ValueError, match="`host_bandwidth`"):
         offload_training_state(model, inputs, 10**6, host_bandwidth=0)
     lay = torch_state_layout(eg, model, inputs)
