@@ -12,7 +12,7 @@ import pytest
 
 from remat_core import simulate, solve
 from remat_core.schedule import SolveStatus
-from remat_core.solvers.anytime import Move, improve, min_peak_schedules, restart_moves
+from remat_core.solvers.anytime import SCALES, Move, improve, min_peak_schedules, restart_moves
 from remat_core.units import resolve_budget
 from remat_core.zoo import random_training_graph
 
@@ -53,6 +53,23 @@ def test_a_longer_search_is_never_worse_and_here_better(g500):
         costs.append(best.objective)
     assert costs[0] >= costs[1] >= costs[2]
     assert costs[2] < costs[0]   # the restarts at tighter budgets, polished, beat the first run on this graph
+
+
+def test_the_fine_restarts_follow_the_grid_and_pay():
+    """After the grid of SCALES, budget shares 0.005 apart (issue 37: a longer limit must find more): on this
+    89-node graph at 0.6 the first fine move (msps under 0.995 of the budget) beats all 120 moves of the grid."""
+    moves = list(restart_moves(n_seeds=0))
+    grid = [m for m in moves if m.scale in SCALES]
+    assert moves[:len(grid)] == grid and len(grid) == 120 and len(moves) == len(set(moves))
+    fine = moves[len(grid):]
+    assert {m.scale for m in fine} == {round(1 - 0.005 * k, 3) for k in range(1, 80)} - set(SCALES)
+    assert fine[0] == Move("msps", 0.995, False)
+    g = random_training_graph(20, 3, seed=0)
+    budget = resolve_budget(g, 0.6)
+    grid_best, _, _ = _search(g, budget, max_moves=120)
+    fine_best, _, found = _search(g, budget, max_moves=121)
+    assert fine_best.objective < grid_best.objective and fine_best.method == "restart(dtr(msps) at 0.995B)"
+    assert all(r.peak_memory_bytes <= budget for r in found)
 
 
 def test_the_deadline_holds_on_a_fake_clock(g500):
