@@ -767,7 +767,7 @@ def _cmd_zoo(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ parser
 GRAPH_HELP = ("a zoo name (vgg16, mobilenet, resnet50, unet, ...; see `remat zoo`), a JSON file "
                "(remat graph, zoo model or DTR format) or linear:N")
-BUDGET_HELP = ("a fraction of activation memory (a number in [0, 1]: 1, 0.6 or 0.6x), or total bytes, parameters "
+BUDGET_HELP = ("a fraction of activation memory (a number in (0, 1]: 1, 0.6 or 0.6x), or total bytes, parameters "
                "included: a whole number above 1 or a size (123456, 512MiB, 1.5 GiB, 16GB; GiB/G = 1024**3, "
                "GB = 1000**3; 1B is one byte)")
 

@@ -2,10 +2,11 @@
 
 A budget is either
 
-* a fraction of *activation* memory: a number in ``[0, 1]``, whether written
-  ``1``, ``0.5``, ``0``, ``"0.5"`` or ``"0.5x"`` (the meaning of PyTorch's
+* a fraction of *activation* memory: a number in ``(0, 1]``, whether written
+  ``1``, ``0.5``, ``"0.5"`` or ``"0.5x"`` (the meaning of PyTorch's
   ``activation_memory_budget``: ``1`` keeps every activation, ``0.5``
-  half of that memory, ``0`` none beyond the fixed bytes). The budget is then checkpoint-all's peak less
+  half of that memory; ``0``, which leaves nothing for the activations and
+  so fits no schedule, is an error naming the least any schedule needs). The budget is then checkpoint-all's peak less
   ``1 - f`` of the activation memory (what checkpoint-all keeps beyond
   parameters, gradients and inputs); where gradients are fixed bytes this is
   ``fixed_bytes + f * (checkpoint-all peak - fixed_bytes)``;
@@ -19,7 +20,7 @@ A budget is either
 
 So a bare ``1`` is all of activation memory, not one byte (write ``"1B"``);
 a number above 1 that is not whole (``1.5``) is neither, and an error; so are
-zero bytes (``"0B"``), negative numbers, infinity and NaN.
+zero (``0``, ``"0x"``, ``"0B"``), negative numbers, infinity and NaN.
 
 The Python API, the adapters, the CLI and the demo all go through
 :func:`resolve_budget`; errors, reprs, plot titles and the CLI print sizes with
@@ -51,6 +52,9 @@ _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\
 _NUMBER_RE = re.compile(r"^\s*([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)\s*(x?)\s*$")
 # the largest size we accept: sums of a few of these still fit in int64
 _MAX_BYTES = 2**62
+#: Every form a budget takes, for error messages (the module docstring has the details).
+BUDGET_FORMS = ("a fraction of activation memory in (0, 1] (0.5 or '0.5x'), a whole number of bytes above 1 "
+                "(123456) or a size with a unit ('8GiB', '800MB', '1B')")
 
 
 def parse_bytes(value: Any, argument: str = "size") -> int:
@@ -166,7 +170,7 @@ def _as_fraction(budget: Any, argument: str) -> float | None:
     Raises
     ------
     ValueError
-        Naming ``argument``: a number that is neither a fraction in [0, 1] nor a whole number of bytes.
+        Naming ``argument``: a number that is neither a fraction in (0, 1] nor a whole number of bytes.
     """
     if isinstance(budget, bool):
         return None   # parse_bytes refuses it
@@ -182,12 +186,11 @@ def _as_fraction(budget: Any, argument: str) -> float | None:
     if 0.0 <= x <= 1.0:
         return x
     if suffix:
-        raise ValueError(f"`{argument}` as a fraction of activation memory must be in [0, 1]; got {text}")
+        raise ValueError(f"`{argument}` as a fraction of activation memory must be in (0, 1]; got {text}")
     if x < 0:
-        raise ValueError(f"`{argument}` must be a fraction of activation memory in [0, 1] or a size in bytes; "
-                         f"got {text}")
+        raise ValueError(f"`{argument}` must be above 0: {BUDGET_FORMS}; got {text}")
     if not x.is_integer():
-        raise ValueError(f"`{argument}` must be a fraction of activation memory in [0, 1] or a whole number of "
+        raise ValueError(f"`{argument}` must be a fraction of activation memory in (0, 1] or a whole number of "
                          f"bytes (or a size such as '8GiB'); got {text}")
     return None
 
@@ -209,16 +212,17 @@ def _whole_bytes(budget: Any) -> Any:
 def resolve_budget(graph, budget: Any, argument: str = "budget") -> int:
     """Total device bytes for ``budget`` on ``graph`` (see the module docstring for the forms).
 
-    A number in ``[0, 1]`` (``1``, ``0.5``, ``"0.5x"``) is a fraction of
+    A number in ``(0, 1]`` (``1``, ``0.5``, ``"0.5x"``) is a fraction of
     activation memory; a whole number above 1 or a size with a unit is total
     bytes.
 
     Raises
     ------
     TypeError, ValueError
-        Naming ``argument``: neither a fraction nor bytes (``1.5``, ``-1``,
-        ``inf``, ``"0B"``), or ``graph`` has no activation memory to take a
-        fraction of.
+        Naming ``argument`` (and every accepted form): neither a fraction nor
+        bytes (``1.5``, ``-1``, ``inf``, ``"0B"``, ``"50%"``), zero (``0``,
+        ``"0x"``: the message names the least any schedule needs), or
+        ``graph`` has no activation memory to take a fraction of.
 
     Examples
     --------
@@ -236,7 +240,14 @@ def resolve_budget(graph, budget: Any, argument: str = "budget") -> int:
         except ValueError as exc:
             if str(exc).startswith("must be"):
                 raise ValueError(f"`{argument}` {exc}") from None
+            if "must be a size such as" in str(exc):   # neither form: name both, not sizes alone ("50%")
+                raise ValueError(f"`{argument}` must be {BUDGET_FORMS}; got {budget!r}") from None
             raise
+    if f == 0.0:   # "0", "0.0", "0x", "-0": nothing left for the activations (it was clamped to 1 byte)
+        need, node = min_budget_bytes(graph)
+        raise ValueError(f"`{argument}` must be above 0; got {budget!r}: no schedule fits without memory for the "
+                         f"activations (computing {node!r} alone needs {format_bytes(need)}, "
+                         f"{budget_fraction(graph, need):.2f} of activation memory)")
     peak, act = _peaks(graph)
     return max(1, int(peak - (1.0 - f) * act))
 

@@ -51,7 +51,10 @@ def test_budgets_mean_the_same_on_the_command_line(capsys, budget, line):
 
 
 @pytest.mark.parametrize("budget,words", [("0B", "at least 1 byte"), ("1.5", "whole number of bytes"),
-                                          ("inf", "size"), ("-1", "[0, 1]")])
+                                          ("inf", "size"), ("-1", "above 0"),
+                                          # zero was clamped to "budget 1 B"; "50%" listed only the size forms
+                                          ("0x", "above 0"), ("0.0", "above 0"), ("-0", "above 0"),
+                                          ("50%", "fraction of activation memory in (0, 1] (0.5 or '0.5x')")])
 def test_a_bad_budget_is_one_line(capsys, budget, words):
     code, out, err = run(capsys, "solve", "linear:8", budget, "--method", "checkpoint-all")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and words in err

@@ -45,7 +45,7 @@ def test_fractions_are_of_activation_memory_and_round_trip():
     assert resolve_budget(g, 0.5) == resolve_budget(g, "0.5") == resolve_budget(g, "0.5x") == 100 + act // 2
     assert budget_fraction(g, resolve_budget(g, 0.5)) == pytest.approx(0.5)
     assert resolve_budget(g, "1KiB") == 1024 and resolve_budget(g, 1024) == 1024   # bytes stay bytes
-    with pytest.raises(ValueError, match="`budget`.*\\[0, 1\\]"):
+    with pytest.raises(ValueError, match="`budget`.*\\(0, 1\\]"):
         resolve_budget(g, 1.5)
 
 
@@ -66,7 +66,7 @@ def test_gradient_nodes_are_not_activation_memory():
     zeroed = plain.replace(memory_bytes=np.array([40, 1, 40, 0, 0]))
     assert activation_bytes(marked) == checkpoint_all_peak_bytes(zeroed) - 10 < activation_bytes(plain)
     assert resolve_budget(marked, 1.0) == peak
-    assert resolve_budget(marked, 0.0) == peak - activation_bytes(marked)
+    assert resolve_budget(marked, 0.01) == peak - activation_bytes(marked) + int(0.01 * activation_bytes(marked))
     assert budget_fraction(marked, resolve_budget(marked, 0.25)) == pytest.approx(0.25, abs=1e-2)
 
 
@@ -83,10 +83,15 @@ def test_a_bare_one_is_all_of_activation_memory_not_one_byte(fraction):
     assert resolve_budget(g, fraction) == 10
 
 
-@pytest.mark.parametrize("zero", [0, "0", 0.0, "0.0", "0x"])
-def test_a_bare_zero_is_the_zero_fraction(zero):
-    g = linear_graph(8).replace(fixed_bytes=100)
-    assert resolve_budget(g, zero) == 100   # no activation memory at all: the fixed bytes
+@pytest.mark.parametrize("zero", [0, "0", 0.0, "0.0", "0x", "-0", -0.0])
+def test_a_bare_zero_is_the_zero_fraction_which_no_schedule_fits(zero):
+    """Read as the fraction 0 (not 0 bytes), it leaves nothing for the activations: one error naming `budget`
+    and the least a schedule needs (it was the fixed bytes, or 1 byte when there are none, and planned on)."""
+    for fixed in (100, 0):
+        g = linear_graph(8).replace(fixed_bytes=fixed)
+        with pytest.raises(ValueError, match="`budget` must be above 0") as info:
+            resolve_budget(g, zero)
+        assert f"needs {fixed + 3} B, 0.30 of activation memory" in str(info.value)
 
 
 @pytest.mark.parametrize("budget,expected", [(2, 2), ("2", 2), ("123456", 123456), (8e9, 8 * 10**9), ("1e9", 10**9),
@@ -97,8 +102,11 @@ def test_bytes_need_a_unit_or_a_whole_number_above_one(budget, expected):
 
 
 @pytest.mark.parametrize("bad,words", [("0B", "at least 1 byte"), (1.5, "whole number of bytes"),
-                                       ("1.5", "whole number of bytes"), (-1, "in [0, 1]"), ("-0.5", "in [0, 1]"),
-                                       (float("inf"), "finite"), (float("nan"), "finite"), ("1.5x", "in [0, 1]")])
+                                       ("1.5", "whole number of bytes"), (-1, "above 0"), ("-0.5", "above 0"),
+                                       (float("inf"), "finite"), (float("nan"), "finite"), ("1.5x", "in (0, 1]"),
+                                       # zero was clamped to 1 byte; "50%" was told only the size forms
+                                       (0, "above 0"), ("0x", "above 0"), ("0.0", "above 0"), ("-0", "above 0"),
+                                       ("50%", "fraction of activation memory in (0, 1]")])
 def test_a_budget_that_is_neither_is_one_error_naming_the_argument(bad, words):
     with pytest.raises(ValueError, match="`budget`") as info:
         resolve_budget(linear_graph(8), bad)
