@@ -235,3 +235,22 @@ def test_partial_bad_input():
         pofo_plan(g, ["P", "K", "K"])   # no fraction given
     res = solve(g, checkpoint_all_peak_bytes(g) - 1, method="pofo", host_bandwidth=1.0, partial=0.5)
     assert res.success and res.peak_memory_bytes < checkpoint_all_peak_bytes(g)
+
+
+@pytest.mark.parametrize("n,seed,reads_input,bw", [(4, 3, True, 1.0), (5, 13, True, 0.5)])
+def test_nested_partial_dp_equals_exhaustive_search(n, seed, reads_input, bw):
+    """Nested POFO with chunks: every labelling (K/O/R/T/P) with every tree of each of its runs."""
+    g = _chain(n, seed, reads_input)
+    info = as_chain(g, "test")
+    table = []
+    for labels in itertools.product(*([("K", "O", "R", "T", "P")] * (n - 1) + [("K", "R")])):
+        if any(lab == "P" and g.memory_bytes[j] < 2 for j, lab in enumerate(labels)):
+            continue
+        runs = [u[1:3] for u in pofo_units(labels, info.reads_input) if u[0] == "M"]
+        for choice in itertools.product(*[_trees(s, e) for s, e in runs]):
+            plan = pofo_plan(g, labels, {s: t for (s, _), t in zip(runs, choice)}, partial=0.5)
+            sim = simulate_host(g, plan, host_bandwidth=bw)
+            table.append((sim.peak_device_bytes, sim.time))
+    for budget in range(g.fixed_bytes + 1, checkpoint_all_peak_bytes(g) + 2):
+        best = min((t for peak, t in table if peak <= budget), default=math.inf)
+        assert pofo_nested_solve(g, budget, bw, slot_bytes=1, partial=0.5)[2] == pytest.approx(best, abs=1e-9), budget
