@@ -1310,6 +1310,10 @@ def _measure_step(compiled: Callable, example_inputs) -> int | None:
                 t = _real(x).requires_grad_(x.requires_grad) if x.is_floating_point() or not x.requires_grad \
                     else _real(x)
                 args.append(t)
+            elif isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                # a dynamic size (a graph recompiled for a second shape): its value in the traced example (the
+                # symbol itself made the compiled step fail with "Expected result >= 0")
+                args.append(_hint(x) if isinstance(x, torch.SymInt) else type(x.node.hint)(x.node.hint))
             else:
                 args.append(x)
         cuda = any(isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in args)

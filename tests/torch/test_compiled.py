@@ -448,3 +448,21 @@ def test_generated_code_peaks_are_cached_on_disk(tmp_path, monkeypatch):
     with config.patch(fx_graph_cache=False):          # Inductor's own cache off: none of ours either
         monkeypatch.setattr(compiled, "_EXACT", {})
         assert compiled._exact_path(key) is None and compiled._known_exact(key) is None
+
+
+def test_a_second_batch_shape_is_measured_at_compile_time():
+    """Dynamo recompiles for a second batch shape with a symbolic batch size, passed to the graph as an integer
+    argument: the compile-time check runs the step with the traced example's value (it used to pass the symbol,
+    and the step failed with "Expected result >= 0": T's tiny Falcon, session 4)."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(32, 64)]
+    for _ in range(4):
+        layers += [torch.nn.Tanh(), torch.nn.Linear(64, 64)]
+    model = torch.nn.Sequential(*layers)
+    be = backend(0.8, inductor=False, time_limit_s=1)
+    step = torch.compile(lambda v: model(v).square().mean(), backend=be)
+    for batch in (512, 384):
+        step(torch.randn(batch, 32)).backward()
+    assert len(be.partitioner.plans) == 2
+    assert all(p.measured_peak_bytes is not None for p in be.partitioner.plans), be.partitioner.plans
