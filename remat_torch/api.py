@@ -1185,6 +1185,21 @@ def _build(model, args, kwargs, s: _Settings, loaded: dict, require_loaded: bool
     return _Specialization(eg, result, plan, s.measure, attrs=None)
 
 
+def _parallel_wrappers() -> tuple:
+    """Module wrappers whose ``forward`` does the parallelism (DDP's reduction set-up, DataParallel's scatter,
+    FSDP1's unshard): a planned step never calls it."""
+    from torch.nn.parallel import DataParallel, DistributedDataParallel
+
+    out = [DataParallel, DistributedDataParallel]
+    try:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        out.append(FullyShardedDataParallel)
+    except ImportError:   # a torch built without distributed
+        pass
+    return tuple(out)
+
+
 def rematerialize(
     model,
     example_inputs=(),
@@ -1301,6 +1316,15 @@ def rematerialize(
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"`model` must be a torch.nn.Module; got {type(model).__name__}")
+    wrappers = _parallel_wrappers()
+    wrapper = next((n or "<root>" for n, m in model.named_modules() if isinstance(m, wrappers)), None)
+    if wrapper is not None:   # its forward (bucketed gradient reduction, scatter) would run only while traced
+        raise RematError(
+            f"`model` holds a {type(model.get_submodule('' if wrapper == '<root>' else wrapper)).__name__} "
+            f"(module {wrapper!r}): its forward, which sets up the gradient reduction or the scatter, would run "
+            "only while the model is traced, never in the planned steps, so gradients would silently stop being "
+            "reduced. Rematerialize the bare model and wrap the result instead: "
+            "DistributedDataParallel(remat_torch.rematerialize_shared(model, batch, budget=...))")
     sharded = next((n for n, p in model.named_parameters() if type(p).__name__ == "DTensor"), None)
     if sharded is not None:   # tracing would fail deep inside with "mixed torch.Tensor and DTensor"
         raise RematError(f"parameter {sharded!r} of `model` is already sharded (a DTensor, FSDP2): rematerialize "

@@ -113,13 +113,14 @@ class AttributeSnapshot:
         return tuple((id(mod), tuple(map(id, mod._modules.values()))) for mod in self._modules)
 
     def structure(self) -> tuple:
-        """The module tree by class, and the forward hooks that user code registered on each module and
-        globally (a hook added after planning changes what ``forward`` computes); hooks defined inside torch
-        (FSDP2's, for instance) are left out. Classes, not objects: a copy or a reloaded model has the same."""
+        """The module tree by class, a ``forward`` assigned to a module object, the shapes and dtypes of each
+        module's own parameters and buffers, and the forward hooks that user code registered on each module
+        and globally (each changes what ``forward`` computes); hooks defined inside torch (FSDP2's, for
+        instance) are left out. Classes, not objects: a copy or a reloaded model has the same."""
         from torch.nn.modules import module as _m
 
-        return (tuple((_user_class(mod), _user_hooks(mod._forward_hooks),
-                       _user_hooks(mod._forward_pre_hooks)) for mod in self._modules),
+        return (tuple((_user_class(mod), _forward_override(mod), _user_hooks(mod._forward_hooks),
+                       _user_hooks(mod._forward_pre_hooks), _tensor_shapes(mod)) for mod in self._modules),
                 _user_hooks(_m._global_forward_hooks), _user_hooks(_m._global_forward_pre_hooks))
 
     def take(self) -> tuple:
@@ -165,6 +166,23 @@ def _user_class(mod) -> str:
         if not str(cls.__module__).startswith("torch.distributed"):
             return f"{cls.__module__}.{cls.__qualname__}"
     return type(mod).__qualname__
+
+
+def _forward_override(mod):
+    """The function of a ``forward`` assigned to the module object itself (``mod.forward = fn``, a monkeypatch),
+    or None. A deep copy keeps the same function object (a bound method: the same ``__func__``)."""
+    f = mod.__dict__.get("forward")
+    if f is None:
+        return None
+    f = getattr(f, "__func__", f)
+    return (getattr(f, "__qualname__", type(f).__name__), id(f))
+
+
+def _tensor_shapes(mod) -> tuple:
+    """Shape and dtype of the module's own parameters and buffers (a Parameter replaced by one of another shape
+    needs another trace; one of the same shape and dtype is read at each step and needs none)."""
+    return tuple((k, tuple(t.shape), t.dtype) for d in (mod._parameters, mod._buffers) for k, t in d.items()
+                 if t is not None)
 
 
 def _user_hooks(hooks) -> tuple:
@@ -232,11 +250,17 @@ def refusing_side_effect_hooks(model):
             return out
         return hook
 
-    for name, mod in model.named_modules():
-        for hooks, forward in ((mod._forward_hooks, True), (mod._forward_pre_hooks, False)):
+    from torch.nn.modules import module as _m
+
+    places = [(name or type(model).__name__, mod._forward_hooks, mod._forward_pre_hooks)
+              for name, mod in model.named_modules()]
+    places.append(("<global: torch.nn.modules.module.register_module_forward_hook>", _m._global_forward_hooks,
+                   _m._global_forward_pre_hooks))
+    for name, fwd, pre in places:
+        for hooks, forward in ((fwd, True), (pre, False)):
             for k in _user_hooks(hooks):
                 fn = hooks[k]
-                hooks[k] = wrap(name or type(model).__name__, fn, forward)
+                hooks[k] = wrap(name, fn, forward)
                 wrapped.append((hooks, k, fn))
     try:
         yield
