@@ -340,3 +340,33 @@ def test_every_dtr_run_of_auto_is_the_stage_run(monkeypatch):
     for budget in (g.min_budget_lower_bound_bytes() - 1, resolve_budget(g, 0.3)):   # infeasible and large paths
         solve(g, budget, method="auto", time_limit_s=5, memory_limit_bytes=10**6)
     assert orders and set(orders) == {"stages"}
+
+
+def test_a_budget_no_heuristic_meets_is_proven_infeasible_without_the_cost_milp(monkeypatch):
+    """random_training_graph(4, seed=0): no schedule fits 31 bytes (its bound says 30, DTR's smallest peak is 33).
+    The exact cost MILP stands in for one stopped at the limit, as on a loaded machine (a 36-node torch MLP at
+    0.5: "does not prove there is none" after 51 s where ``ilp`` alone proved it): the MILP without objective
+    proves it in milliseconds, and the message gives the budgets in human units."""
+    import remat_core.solvers.auto as auto
+
+    g = random_training_graph(4, seed=0)
+    monkeypatch.setattr(auto, "_wait_exact", lambda early, settled: (None, "ilp: stopped at the limit"))
+    res = solve(g, 31, method="auto", time_limit_s=30)
+    assert res.status is SolveStatus.INFEASIBLE and res.stats["tried"]["feasibility"]["status"] == "infeasible"
+    assert "(proven)" in res.message and "31 B (31 bytes, " in res.message
+    assert res.stats["min_budget_bytes"] == 33 and "found: 33 B (33 bytes, 0." in res.message
+    # without a limit (no exact child) the same proof; before, the cost MILP ran to its own
+    monkeypatch.setattr(auto, "_exact", lambda *a: pytest.fail("the cost MILP ran on a proven budget"))
+    assert solve(g, 31, method="auto", time_limit_s=None).status is SolveStatus.INFEASIBLE
+
+
+def test_the_milp_without_objective_gives_a_schedule_where_no_heuristic_does(monkeypatch):
+    """random_training_graph(3, seed=2) at 43 bytes: DTR's smallest peak is 44; the MILP without objective finds
+    a schedule within 43, which auto returns (re-simulated) though the exact child gave nothing."""
+    import remat_core.solvers.auto as auto
+
+    g = random_training_graph(3, seed=2)
+    monkeypatch.setattr(auto, "_wait_exact", lambda early, settled: (None, "ilp: stopped at the limit"))
+    res = solve(g, 43, method="auto", time_limit_s=30)
+    assert res.success and res.peak_memory_bytes <= 43
+    assert res.stats["tried"]["feasibility"]["status"] == "feasible"
