@@ -29,10 +29,18 @@ What the runtime tracks
   backward pass create): bytes (an ``int`` or a size string, see
   :func:`remat_core.units.parse_bytes`), or a fraction of eager's activation
   memory, measured by the runtime's first block (run with tracking only).
-* **Cost.** Each operator's wall time, smoothed: the smallest measured for
-  the same operator on arguments of the same shapes in this process (load
-  only adds time), so that after a step or two the same budget gives the
-  same evictions run after run.
+* **Cost.** By default (``cost="model"``) an estimate from the operator and
+  the shapes of its arguments: the floating-point operations of matrix
+  products, convolutions and attention (PyTorch's FLOP-counter formulas) or
+  the bytes the call reads and writes, at fixed rates, plus a fixed time per
+  call (a view costs that alone). It is deterministic: the same budget gives
+  the same evictions on any machine and under any load (measured wall
+  times, even their minimum, differ between processes, and the eviction
+  choices of a recursive network are sensitive to them: the tree net of
+  ``benchmarks/bench_dtr.py`` at 0.3 replayed 2,712 operators in one process
+  and 11,087 in another, 724 with the estimate). ``cost="measured"``: the
+  smallest wall time measured for the same operator on arguments of the
+  same shapes in this process (load only adds time).
 * **Staleness.** A logical clock advanced by every operator call; a value's
   staleness is the time since it was last read or written.
 
@@ -113,6 +121,7 @@ from remat_torch.meter import AllocatorMeter, _native_stderr_silenced
 __all__ = ["dtr", "DTRRuntime", "DTRTensor", "activation_peak_bytes", "HEURISTICS"]
 
 HEURISTICS = ("h_dtr", "h_dtr_local", "lru", "largest")
+COST_MODES = ("model", "measured")
 _aten = torch.ops.aten
 _log = logging.getLogger(__name__)
 
@@ -130,7 +139,7 @@ class _Value:
 
     __slots__ = ("tensor", "func", "args", "kwargs", "index", "siblings", "rng_state", "cost_s", "nbytes",
                  "base", "views", "last_access", "pins", "wrappers", "refs", "unevictable", "stuck", "readers", "versions",
-                 "scratch", "parents_", "__weakref__")
+                 "scratch", "parents_", "children", "__weakref__")
 
     def __init__(self, func: Callable | None, args: Any, kwargs: Any, index: int, rng_state: Any, cost_s: list,
                  base: "_Value | None"):
@@ -154,6 +163,7 @@ class _Value:
         self.versions: tuple = ()    # (tensor, version) of the plain tensors its recipe reads
         self.scratch = 0             # bytes its operator allocates and frees while it runs (measured)
         self.parents_: list | None = None
+        self.children: list | None = None   # weak references to the values whose recipes read it (its storage)
 
     def parents(self) -> list:
         """The runtime values its recipe reads (found once: the eviction score walks them for every candidate)."""
@@ -163,6 +173,33 @@ class _Value:
 
 
 _NO_VIEWS = ()   # a value's views until it has one (a WeakSet costs Python calls to make, test and walk)
+
+
+def _read_by_evicted(children: list) -> bool:
+    """Whether a value that a tensor refers to and that is evicted would be recomputed through one of
+    ``children`` (weak references): one of them, or, through values without data that no tensor refers to
+    (freed intermediates), one of theirs (the first ``_ANCESTOR_LIMIT`` values looked at)."""
+    stack, seen = [children], set()
+    while stack and len(seen) < _ANCESTOR_LIMIT:
+        for ref in stack.pop():
+            c = ref()
+            if c is None or c.tensor is not None or id(c) in seen:
+                continue
+            seen.add(id(c))
+            if c.wrappers or (c.base is not None and c.base.wrappers):
+                return True
+            if c.children:
+                stack.append(c.children)
+    return False
+
+
+def _note_children(made: list, read: list) -> None:
+    """Link the values ``made`` by a call to the storage owners of the values it ``read``."""
+    for p in read:
+        o = p.base or p
+        if o.children is None:
+            o.children = []
+        o.children.extend(weakref.ref(v) for v in made)
 
 
 def _add_view(owner: _Value, v: _Value) -> None:
@@ -296,12 +333,18 @@ class DTRRuntime:
         Of the last block: ``peak_bytes`` (the largest tracked resident bytes),
         ``current_bytes``, ``evictions``, ``rematerializations`` (operator
         replays), ``operators`` (first-time operator calls), ``compute_s``
-        and ``recompute_s`` (smoothed operator time, first runs and replays).
+        and ``recompute_s`` (the operators' costs, first runs and replays:
+        estimated seconds with ``cost="model"``, the smallest measured with
+        ``cost="measured"``).
     """
 
-    def __init__(self, budget: Any = None, heuristic: str = "h_dtr", max_replay_factor: float = 50.0):
+    def __init__(self, budget: Any = None, heuristic: str = "h_dtr", max_replay_factor: float = 50.0,
+                 cost: str = "model"):
         if heuristic not in HEURISTICS:
             raise ValueError(f"`heuristic` must be one of {', '.join(HEURISTICS)}; got {heuristic!r}")
+        if cost not in COST_MODES:
+            raise ValueError(f"`cost` must be one of {', '.join(COST_MODES)}; got {cost!r}")
+        self.cost = cost
         if isinstance(max_replay_factor, bool) or not isinstance(max_replay_factor, (int, float)) \
                 or not max_replay_factor > 0:
             raise ValueError(f"`max_replay_factor` must be a positive number; got {max_replay_factor!r}")
@@ -368,11 +411,15 @@ class DTRRuntime:
 
     def _free_if_dead(self, v: _Value) -> None:
         """Free the storage of ``v`` when no tensor refers to it or to a view of it (DTR's eager eviction: it
-        can still be recomputed for a value computed from it)."""
+        can still be recomputed for a value computed from it), unless an evicted value that a tensor refers to
+        would be recomputed from it: then it stays, as an eviction candidate like any other (the core
+        simulator's ``hold``), so that the replay that needs it does not replay it again first. Without this,
+        GPT-2 at 0.3 replayed the same parents once per evicted value reading them."""
         owner = v.base or v
         if owner.tensor is not None and owner.wrappers == 0 and owner.pins == 0 \
                 and not (owner.views is not _NO_VIEWS and any(w.wrappers or w.pins for w in owner.views)) \
-                and not (owner.readers and any(r() is not None for r in owner.readers)):
+                and not (owner.readers and any(r() is not None for r in owner.readers)) \
+                and not (owner.children and _read_by_evicted(owner.children)):
             self._drop(owner)
 
     def _lowest_score(self, candidates: list) -> "_Value | None":
@@ -621,9 +668,17 @@ class DTRRuntime:
             for v in in_values:
                 self._pin(v, -1)
         self.stats["operators"] += 1
-        return self._wrap_outputs(func, vargs, vkwargs, out, rng_state, _smoothed_cost(key, cost), info.schema,
+        return self._wrap_outputs(func, vargs, vkwargs, out, rng_state,
+                                  self._cost(key, cost, info, args, kwargs, out), info.schema,
                                   args, info.written, key, bool(plain),
-                                  [v for v in in_values if v.stuck or (v.base is not None and v.base.stuck)])
+                                  [v for v in in_values if v.stuck or (v.base is not None and v.base.stuck)],
+                                  in_values)
+
+    def _cost(self, key: Any, measured_s: float, info: "_OpInfo", args: tuple, kwargs: dict, out: Any) -> list:
+        """The cost table entry ``[count, seconds]`` of a call: :func:`_model_cost` or :func:`_smoothed_cost`."""
+        if self.cost == "model":
+            return _model_cost(key, info, args, kwargs, out)
+        return _smoothed_cost(key, measured_s)
 
     def _before_plain_write(self, tensors: list) -> None:
         """An operator is about to write into a tensor that is not the runtime's and that recipes read (an
@@ -686,7 +741,7 @@ class DTRRuntime:
                 fn = None if g is None else _ViewWriteReplay(func, pos, *g)
         versions = self._versions(vargs, vkwargs, written)
         out, cost = self._run(func, vargs, vkwargs, rng_state, replay=False, key=key, need=0)
-        cost = _smoothed_cost(key, cost)
+        cost = self._cost(key, cost, _OP_INFO.get(id(func)) or _op_info(func), args, kwargs, out)
         self.stats["operators"] += 1
         self.stats["compute_s"] += cost[1]
         for k, old in owners.items():
@@ -765,7 +820,7 @@ class DTRRuntime:
         return self.materialize(a._v) if isinstance(a, DTRTensor) else a
 
     def _wrap_outputs(self, func, vargs, vkwargs, out, rng_state, cost, schema, args, written, key=None,
-                      reads_plain: bool = True, stuck_in: list = ()) -> Any:
+                      reads_plain: bool = True, stuck_in: list = (), read: list = ()) -> Any:
         outs = out if isinstance(out, (tuple, list)) else (out,)
         scratch = _SCRATCH.get(key, 0) if key is not None else 0
         self.stats["compute_s"] += cost[1]
@@ -804,6 +859,8 @@ class DTRRuntime:
                 v.siblings = [weakref.ref(s) for s in made if s is not v]
         if stuck_in:
             _note_readers(made, stuck_in)
+        if read and made:
+            _note_children(made, read)
         if isinstance(out, tuple):
             return tuple(wrapped)
         if isinstance(out, list):
@@ -1003,7 +1060,7 @@ class _OpInfo:
     """What the runtime reads from an operator's schema, read once per operator (pybind attribute reads are
     slow next to a small operator)."""
 
-    __slots__ = ("func", "schema", "written", "alias_returns", "random", "passthrough", "collective")
+    __slots__ = ("func", "schema", "written", "alias_returns", "random", "passthrough", "collective", "flops")
 
     def __init__(self, func):
         self.func = func   # held: the table is keyed by id (an operator's own __hash__ is Python code)
@@ -1013,6 +1070,7 @@ class _OpInfo:
         self.random = torch.Tag.nondeterministic_seeded in func.tags
         self.passthrough = func is _aten._local_scalar_dense.default or func.overloadpacket in _PASSTHROUGH
         self.collective = getattr(func, "namespace", None) in _COLLECTIVE_NAMESPACES
+        self.flops = _flop_formula(func)
 
 
 # operators that communicate with other processes: never replayed (running one again on one rank alone would
@@ -1241,6 +1299,54 @@ def _smoothed_cost(key: Any, measured_s: float) -> list:
     return got
 
 
+#: what an estimated cost (``cost="model"``) assumes: floating-point operations and bytes per second of one CPU
+#: core, in order of magnitude, and a fixed time per call (dispatch); only their ratios decide an eviction
+MODEL_FLOPS_PER_S = 2e10
+MODEL_BYTES_PER_S = 1e10
+MODEL_CALL_S = 1e-6
+_MODEL_COST: dict = {}
+
+
+def _flop_formula(func) -> Any:
+    """PyTorch's FLOP-counter formula for ``func`` (matrix products, convolutions, attention), or ``None``."""
+    from torch.utils.flop_counter import flop_registry
+
+    return flop_registry.get(getattr(func, "overloadpacket", None))
+
+
+def _tensor_bytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _model_cost(key: Any, info: "_OpInfo", args: tuple, kwargs: dict, out: Any) -> list:
+    """An operator call's estimated cost, ``[1, seconds]`` (remembered per operator and argument signature):
+    ``MODEL_CALL_S`` plus its floating-point operations over ``MODEL_FLOPS_PER_S`` or the bytes of its tensor
+    arguments and new outputs over ``MODEL_BYTES_PER_S``, whichever is larger; a call whose outputs are all views
+    of its inputs moves no data and costs ``MODEL_CALL_S``. Deterministic: it depends on shapes alone."""
+    got = _MODEL_COST.get(key) if key is not None else None
+    if got is not None:
+        return got
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    flops = 0
+    if info.flops is not None:
+        try:
+            flops = int(info.flops(*args, out_val=out, **(kwargs or {})))
+        except Exception:   # a formula that does not take this overload's arguments: count bytes instead
+            flops = 0
+    if info.alias_returns and all(info.alias_returns):
+        nbytes = 0
+    else:
+        nbytes = sum(_tensor_bytes(t) for t in _flat(args, kwargs or {}) if isinstance(t, torch.Tensor))
+        nbytes += sum(_tensor_bytes(o) for i, o in enumerate(outs) if isinstance(o, torch.Tensor)
+                      and not (i < len(info.alias_returns) and info.alias_returns[i]))
+    got = [1, MODEL_CALL_S + max(flops / MODEL_FLOPS_PER_S, nbytes / MODEL_BYTES_PER_S)]
+    if key is not None:
+        if len(_MODEL_COST) >= _COST_TABLE_SIZE:
+            _MODEL_COST.pop(next(iter(_MODEL_COST)))
+        _MODEL_COST[key] = got
+    return got
+
+
 def _signature(a: Any) -> Any:
     """A hashable key of an operator argument that fixes the sizes of the operator's outputs: a tensor's shape,
     strides and dtype, other values themselves (``TypeError`` for a value that cannot be a key)."""
@@ -1290,7 +1396,8 @@ def _new_bytes_on_meta(func, args: tuple, kwargs: dict, schema) -> int:
     return total
 
 
-def dtr(budget: Any = None, heuristic: str = "h_dtr", max_replay_factor: float = 50.0) -> DTRRuntime:
+def dtr(budget: Any = None, heuristic: str = "h_dtr", max_replay_factor: float = 50.0,
+        cost: str = "model") -> DTRRuntime:
     """A live DTR runtime with ``budget`` of activation memory: ``with remat_torch.dtr(budget=...) as rt:``.
 
     Parameters
@@ -1313,6 +1420,11 @@ def dtr(budget: Any = None, heuristic: str = "h_dtr", max_replay_factor: float =
     max_replay_factor : float
         More operator replays than this many per operator run (at least 100
         operators counted) is thrashing: ``BudgetInfeasibleError``.
+    cost : str
+        How an operator's cost (what recomputing it would take) is known:
+        ``"model"`` (default) estimated from its shapes, deterministic, or
+        ``"measured"`` its smallest measured wall time (see the module's
+        notes).
 
     Returns
     -------
@@ -1324,12 +1436,12 @@ def dtr(budget: Any = None, heuristic: str = "h_dtr", max_replay_factor: float =
     Raises
     ------
     TypeError, ValueError
-        On a bad ``budget``, ``heuristic`` or ``max_replay_factor`` (naming it).
+        On a bad ``budget``, ``heuristic``, ``max_replay_factor`` or ``cost`` (naming it).
     BudgetInfeasibleError
         Inside the block, when an operator's inputs and outputs do not fit
         with everything else evicted, or when the run thrashes.
     """
-    return DTRRuntime(budget, heuristic, max_replay_factor)
+    return DTRRuntime(budget, heuristic, max_replay_factor, cost)
 
 
 def activation_peak_bytes(step: Callable[[], Any]) -> int:
