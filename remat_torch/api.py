@@ -373,7 +373,10 @@ class RematModule(torch.nn.Module):
     plan : remat_core.ExecutionPlan
     predicted_peak_bytes : int
         The peak of that plan in the memory model (at most the simulator's
-        peak of its schedule, ``result.peak_memory_bytes``).
+        peak of its schedule, ``result.peak_memory_bytes``): total bytes, the
+        resident parameters and batch included. A meter started at the step
+        (:class:`remat_torch.meter.AllocatorMeter`) sees only the rise above
+        them: compare its ``peak_bytes`` plus those resident bytes.
     last_peak_bytes : int or None
         The executor's tracked peak of the last training step.
     num_plans : int
