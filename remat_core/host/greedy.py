@@ -10,6 +10,11 @@ memory effect of each choice is exact (device memory is counted along the
 statements); the copies' overlap is estimated while choosing and the plan is
 then judged by :func:`~remat_core.host.simulate_host`.
 
+With ``partial=True``, an activation larger than what the budget needs
+around that computation may go to the host in part: only a chunk of the
+bytes needed there is copied out, freed for the stretch and copied back
+(``OffloadPart`` / ``DropPart`` / ``RestorePart``).
+
 With a :class:`~remat_core.host.state.StateLayout`, the training state's
 blocks are candidates too: a parameter or input block can leave the device
 for any stretch between its readers (a fetch brings it back; after its last
@@ -33,7 +38,7 @@ import numpy as np
 from ..graph import Graph
 from ..plan import Compute, ExecutionPlan, Free, make_plan, replay
 from ..schedule import Schedule
-from .plan import DropState, FetchState, HostPlan, Offload, Prefetch, SaveState, Wait
+from .plan import DropPart, DropState, FetchState, HostPlan, Offload, OffloadPart, Prefetch, RestorePart, SaveState, Wait
 from .simulate import cost_per_second, simulate_host, validate_bandwidth
 
 __all__ = ["offload_to_budget", "offload_all_plan", "checkpoint_all", "plan_from_sequence"]
@@ -110,7 +115,7 @@ def _base_plan(graph: Graph, base: Any) -> ExecutionPlan:
 
 
 def offload_to_budget(graph: Graph, base: Any, budget_bytes: int, host_bandwidth: Any,
-                      cost_per_s: float | None = None, layout: Any = None) -> HostPlan | None:
+                      cost_per_s: float | None = None, layout: Any = None, partial: bool = False) -> HostPlan | None:
     """Add offloads to ``base`` until its device peak is within ``budget_bytes``.
 
     Parameters
@@ -127,6 +132,9 @@ def offload_to_budget(graph: Graph, base: Any, budget_bytes: int, host_bandwidth
     layout : StateLayout, optional
         Blocks of the training state that may live on the host too
         (``remat_core.host.state``).
+    partial : bool
+        Also offload a chunk of an activation (the bytes the budget needs
+        where it leaves the device), not only whole values.
 
     Returns
     -------
@@ -188,6 +196,7 @@ def offload_to_budget(graph: Graph, base: Any, budget_bytes: int, host_bandwidth
         return 0.0 if bw == math.inf else b / bw * cps
 
     windows: dict[int, list[tuple[int, int]]] = {}   # register -> [(lo, hi)] stretches off the device
+    chunks: dict[int, int] = {}                       # register -> bytes of its chunk on the host (partial)
     state = (layout, uses, csum, ctime) if blocks else None
     simulated = P <= LOOKAHEAD_MAX_COMPUTES
     now_time = float(csum[-1])
@@ -211,8 +220,8 @@ def offload_to_budget(graph: Graph, base: Any, budget_bytes: int, host_bandwidth
                 break
             u = uses[r]
             i = bisect.bisect_left(u, p)
-            if u[i] == p or any(lo <= p <= hi for lo, hi in windows.get(r, ())):
-                continue   # read here, or already off the device here
+            if u[i] == p or any(lo <= p <= hi for lo, hi in windows.get(r, ())) or r in chunks:
+                continue   # read here, already off the device here, or offloaded in part (its chunk is fixed)
             a, b = u[i - 1], u[i]
             k = kind[r]
             if k == "grad" and a >= 0 and b < P:
@@ -232,6 +241,9 @@ def offload_to_budget(graph: Graph, base: Any, budget_bytes: int, host_bandwidth
             nz = np.flatnonzero(excess[left:right + 1] > 0)
             lo, hi = left + int(nz[0]), left + int(nz[-1])
             nb = int(nbytes[r])
+            chunk = 0
+            if not k and partial and r not in windows and int(excess[lo:hi + 1].max()) < nb:
+                chunk = nb = int(excess[lo:hi + 1].max())   # what the stretch needs, not the whole value
             if not k:       # an activation: copied out once, back before its reader
                 c_in = ctime(nb)
                 c_out = 0.0 if r in windows else c_in
@@ -247,7 +259,7 @@ def offload_to_budget(graph: Graph, base: Any, budget_bytes: int, host_bandwidth
             lead_out = csum[lo] - csum[(first[r] if not k else a) + 1] if c_out else 0.0
             lead_in = csum[b] - csum[hi + 1] if c_in else 0.0
             est = max(0.0, c_out - lead_out) + max(0.0, c_in - lead_in)
-            benefit = min(int(nbytes[r]), int(excess[p]))
+            benefit = min(nb, int(excess[p]))
             extra = 0.0
             if k == "param" or (k == "grad" and a >= 0):
                 # the first move of a parameter or of its saved gradient brings the other copies of the layer
@@ -259,26 +271,29 @@ def offload_to_budget(graph: Graph, base: Any, budget_bytes: int, host_bandwidth
                     extra = (ctime(int(nbytes[nreg + jp])) if jp >= 0 else 0.0) + (
                         ctime(int(nbytes[nreg + jg])) if jg >= 0 else 0.0)
             key = ((est + COPY_WEIGHT * (c_in + c_out + extra)) / benefit, -int(nbytes[r]), r)
-            scoredlist.append((key, r, lo, hi, benefit))
+            scoredlist.append((key, r, lo, hi, benefit, chunk))
         if not scoredlist:
             return None
         scoredlist.sort(key=lambda x: x[0])
         if simulated and len(scoredlist) > 1 and bw != math.inf and scoredlist[0][0][0] > 0.0:
             # the estimate ignores the copy queue and the reader's wait: judge the best few by the simulator
             best = None
-            for key, r, lo, hi, benefit in scoredlist[:LOOKAHEAD]:
+            for key, r, lo, hi, benefit, chunk in scoredlist[:LOOKAHEAD]:
                 trial = {k: list(v) for k, v in windows.items()}
                 trial.setdefault(r, []).append((lo, hi))
-                t = simulate_host(graph, _emit(plan, computes, trial, node_of, nreg, state), bw, cps).time
+                tchunks = {**chunks, r: chunk} if chunk else chunks
+                t = simulate_host(graph, _emit(plan, computes, trial, node_of, nreg, state, tchunks), bw, cps).time
                 k2 = ((t - now_time) / benefit, key)
                 if best is None or k2 < best[0]:
-                    best = (k2, r, lo, hi, t)
+                    best = (k2, r, lo, hi, t, chunk)
         else:   # one candidate, free copies, or a move without copies (key 0: the time does not change)
-            best = scoredlist[0][:4] + (now_time,)
-        _, r, lo, hi, now_time = best
-        excess[lo:hi + 1] -= nbytes[r]
+            best = scoredlist[0][:4] + (now_time, scoredlist[0][5])
+        _, r, lo, hi, now_time, chunk = best
+        excess[lo:hi + 1] -= chunk or nbytes[r]
         windows.setdefault(r, []).append((lo, hi))
-    return _emit(plan, computes, windows, node_of, nreg, state)
+        if chunk:
+            chunks[r] = chunk
+    return _emit(plan, computes, windows, node_of, nreg, state, chunks)
 
 
 def _close_state(windows: dict, nreg: int, P: int, state: tuple) -> dict:
@@ -320,7 +335,7 @@ def _close_state(windows: dict, nreg: int, P: int, state: tuple) -> dict:
 
 
 def _emit(plan: ExecutionPlan, computes: list[Compute], windows: dict, node_of: np.ndarray, nreg: int,
-          state: Any = None) -> HostPlan:
+          state: Any = None, chunks: dict | None = None) -> HostPlan:
     """The base plan's statements with the offloads, frees and prefetches of ``windows`` inserted (registers
     from ``nreg`` on are the layout's state blocks: drops, fetches and saves, made coherent by
     :func:`_close_state`)."""
@@ -343,6 +358,12 @@ def _emit(plan: ExecutionPlan, computes: list[Compute], windows: dict, node_of: 
                 if not grad and hi + 1 < P:
                     before.setdefault(hi + 1, []).append(("fetch_state", j))
             continue
+        if chunks and r in chunks:   # a chunk: out once, dropped and restored in the same register
+            after.setdefault(first[r], []).append(("offload_part", r))
+            for lo, hi in ws:
+                before.setdefault(lo, []).append(("drop_part", r))
+                before.setdefault(hi + 1, []).append(("restore_part", r))
+            continue
         after.setdefault(first[r], []).append(r)
         for lo, hi in ws:
             before.setdefault(lo, []).append(("free", r))
@@ -353,9 +374,13 @@ def _emit(plan: ExecutionPlan, computes: list[Compute], windows: dict, node_of: 
     p = 0
     for s in plan.statements:
         if isinstance(s, Compute):
-            acts = sorted(before.get(p, ()), key=lambda a: a[0] not in ("free", "drop_state"))
+            acts = sorted(before.get(p, ()), key=lambda a: a[0] not in ("free", "drop_state", "drop_part"))
             for kind, r in acts:
-                if kind == "free":
+                if kind == "drop_part":
+                    out.append(DropPart(r))
+                elif kind == "restore_part":
+                    out.append(RestorePart(r))
+                elif kind == "free":
                     out.append(Free(cur.get(r, r), int(node_of[r])))
                 elif kind == "drop_state":
                     out.append(DropState(r))
@@ -367,7 +392,10 @@ def _emit(plan: ExecutionPlan, computes: list[Compute], windows: dict, node_of: 
                     next_reg += 1
             out.append(Compute(s.node, s.register, tuple(cur.get(r, r) for r in s.inputs), s.stage))
             for r in after.get(p, ()):
-                out.append(SaveState(r[1]) if isinstance(r, tuple) else Offload(r, int(node_of[r])))
+                if isinstance(r, tuple) and r[0] == "offload_part":
+                    out.append(OffloadPart(r[1], int(node_of[r[1]]), chunks[r[1]]))
+                else:
+                    out.append(SaveState(r[1]) if isinstance(r, tuple) else Offload(r, int(node_of[r])))
             p += 1
         else:
             out.append(Free(cur.get(s.register, s.register), s.node))

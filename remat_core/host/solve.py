@@ -181,7 +181,8 @@ def host_result_from_dict(graph: Graph, data: Mapping[str, Any], cost_per_s: flo
 
 def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_bandwidth: Any = None,
                   cost_per_s: float | None = None, base_budgets: int = 5, bases: Any = None,
-                  schedule_required: bool = False, state_layout: Any = None, **options: Any) -> RematResult:
+                  schedule_required: bool = False, state_layout: Any = None, partial: float | None = None,
+                  **options: Any) -> RematResult:
     """The fastest plan within ``budget_bytes`` with remat, offloading, or both.
 
     Parameters
@@ -190,8 +191,7 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
     budget_bytes : int
         Device bytes, fixed bytes included.
     method : str
-        ``"pofo"``, ``"pofo-nested"`` (chains; option ``partial=f`` also
-        offloads a fraction ``f`` of a value), ``"offload-all"``, ``"dtr-swap"``,
+        ``"pofo"``, ``"pofo-nested"`` (chains), ``"offload-all"``, ``"dtr-swap"``,
         ``"offload-milp"`` or ``"offload-lp-rounding"`` (small graphs;
         ``time_limit_s`` option), or a remat
         method (default ``"auto"``) whose plans the joint search starts from.
@@ -211,6 +211,11 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
     bases : sequence of Schedule or ExecutionPlan, optional
         Remat plans to start from instead of solving for them (a sweep reuses
         its plans this way); checkpoint-all is always added.
+    partial : float, optional
+        Also offload values in part (chunks): POFO may offload this fraction
+        of a value, the joint search's greedy offloads the bytes a stretch
+        needs (default: whole values only; simulated only, the PyTorch
+        executor does not run chunked plans).
     state_layout : StateLayout, optional
         Blocks of ``fixed_bytes`` (parameters, gradients, the input batch)
         the joint plans may keep on the host between their uses
@@ -253,6 +258,14 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
         raise TypeError(f"`method` must be a string; got {method!r}")
     if bw is None:
         return remat_solve(graph, budget, method=method, **options)
+    if partial is not None:
+        from .pofo import _check_partial
+
+        partial = _check_partial(partial)
+        if schedule_required:
+            raise ValueError("`partial` cannot be combined with `schedule_required` (the PyTorch executor does not "
+                             "run plans that offload chunks of values)")
+    pofo_opts = {"partial": partial} if partial else {}
     if isinstance(base_budgets, bool) or not isinstance(base_budgets, int) or base_budgets < 1:
         raise ValueError(f"`base_budgets` must be a positive integer; got {base_budgets!r}")
     if state_layout is not None:
@@ -268,9 +281,9 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
     start = time.perf_counter()
     cands: list[tuple[str, HostPlan, Schedule | None]] = []
     if method == "pofo":
-        cands += _pofo(graph, budget, bw, cost_per_s, options)
+        cands += _pofo(graph, budget, bw, cost_per_s, {**options, **pofo_opts})
     elif method == "pofo-nested":
-        cands += _pofo(graph, budget, bw, cost_per_s, options, nested=True)
+        cands += _pofo(graph, budget, bw, cost_per_s, {**options, **pofo_opts}, nested=True)
     elif method == "offload-all":
         cands.append(("offload-all", offload_all_plan(graph), Schedule.checkpoint_all(graph)))
     elif method == "dtr-swap":
@@ -309,7 +322,7 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
         starts.append(("checkpoint-all", ck_sched))
         for name, sched in starts:
             plan = offload_to_budget(graph, ck_plan if sched is ck_sched else sched, budget, bw, cost_per_s,
-                                     layout=state_layout)
+                                     layout=state_layout, partial=bool(partial))
             if plan is not None:
                 cands.append((name + (" + offload" if plan.num_offloads else ""), plan,
                               sched if isinstance(sched, Schedule) else None))
@@ -319,9 +332,9 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
             if plan is not None:
                 cands.append(("dtr-swap", plan, None))
         if is_chain(graph):
-            cands += _pofo(graph, budget, bw, cost_per_s, {})
+            cands += _pofo(graph, budget, bw, cost_per_s, dict(pofo_opts))
             if (graph.n - 1) // 2 <= NESTED_MAX_STAGES:   # a chain training graph has 2 n_forward + 1 nodes
-                cands += _pofo(graph, budget, bw, cost_per_s, {}, nested=True)
+                cands += _pofo(graph, budget, bw, cost_per_s, dict(pofo_opts), nested=True)
     best = None
     table = []
     if schedule_required:
