@@ -48,11 +48,11 @@ sys.path.insert(0, HERE)
 
 import _report  # noqa: E402
 
-from remat_core import checkpoint_all_peak_bytes, load_dtr_dag, make_plan, solve  # noqa: E402
+from remat_core import Schedule, checkpoint_all_peak_bytes, load_dtr_dag, make_plan, solve  # noqa: E402
 from remat_core.batch import batch_size_upper_bound, forward_pass_cost_cap  # noqa: E402
 from remat_core.host import (cost_per_second, offload_all_plan, remat_bases, simulate_host, solve_offload,  # noqa: E402
                              state_floor_bytes, zoo_state_layout)
-from remat_core.host.greedy import plan_from_sequence  # noqa: E402
+from remat_core.host.greedy import offload_to_budget, plan_from_sequence  # noqa: E402
 from remat_core.units import min_budget_bytes  # noqa: E402
 from remat_core.zoo import zoo_graph  # noqa: E402
 
@@ -434,7 +434,25 @@ def partial_sweep() -> dict:
                 row["partial"], row["fraction"], row["chunked_values"] = best if best else (None, None, 0)
                 rows.append(row)
                 print(row, file=sys.stderr, flush=True)
-    return {"rows": rows, "command": _report.command_line(), "machine": _report.machine_line()}
+    greedy = []   # the greedy of the joint search, from checkpoint-all, on the zoo models
+    for label, key, batch in ZOO:
+        g = zoo_graph(key, batch_size=batch)
+        top = checkpoint_all_peak_bytes(g)
+        once = float(g.cost.sum())
+        base = make_plan(g, Schedule.checkpoint_all(g), hoist=True)
+        for bw in BANDWIDTHS:
+            for frac in (0.3, 0.5, 0.7):
+                budget = g.fixed_bytes + int(frac * (top - g.fixed_bytes))
+                row = {"model": f"{label} (b={batch})", "bandwidth": bw, "budget_fraction": frac}
+                for name, flag in (("whole", False), ("partial", True)):
+                    plan = offload_to_budget(g, base, budget, bw, partial=flag)
+                    sim = simulate_host(g, plan, bw) if plan is not None else None
+                    row[name] = sim.time / once if sim is not None else None
+                    if flag:
+                        row["chunked_values"] = plan.num_partial_offloads if plan is not None else 0
+                greedy.append(row)
+                print(row, file=sys.stderr, flush=True)
+    return {"rows": rows, "greedy": greedy, "command": _report.command_line(), "machine": _report.machine_line()}
 
 
 def render_partial(part: dict) -> list[str]:
@@ -457,7 +475,16 @@ def render_partial(part: dict) -> list[str]:
     only = sum(1 for r in rows if r["whole"] is None and r["partial"] is not None)
     lines += [f"Chunks make the plan faster in {sum(1 for x in gains if x > 1e-9)} of {len(both)} cells where both "
               f"fit (by up to {max(gains, default=0):.1%}, {sum(gains) / max(1, len(gains)):.1%} on average) and "
-              f"fit {only} cells where whole offloads do not. Command: `{part['command']}`.", ""]
+              f"fit {only} cells where whole offloads do not.", ""]
+    greedy = part.get("greedy") or []
+    if greedy:
+        lines += ["The greedy of the joint search (`offload_to_budget`, from checkpoint-all) with whole values and "
+                  "with chunks (`partial=True`: the bytes a stretch needs), time / (compute once) on the zoo "
+                  "models (— : no plan from checkpoint-all fits):", "",
+                  _report.table(["model", "GB/s", "budget", "whole", "with chunks", "values chunked"],
+                                [[r["model"], f"{r['bandwidth'] / 1e9:g}", f"{r['budget_fraction']:g}",
+                                  fmt(r["whole"]), fmt(r["partial"]), r["chunked_values"]] for r in greedy]), ""]
+    lines += [f"Command: `{part['command']}`.", ""]
     return lines
 
 
