@@ -36,6 +36,7 @@ backward computes them and kept to the end of the step, as autograd's
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import operator
 from dataclasses import dataclass, field
@@ -102,6 +103,8 @@ class GroupSpec:
     memory_bytes: int = 0
     workspace_bytes: int = 0
     fx_nodes: tuple = ()
+    # where ``fn`` is None: builds it (a graph grouped only to choose the granularity builds no module)
+    build: Any = None
 
 
 @dataclass
@@ -667,19 +670,17 @@ def _extract(model, example_inputs, granularity, blocks, cost_model, autocast_dt
     call, tensors = CallSpec.from_call(_as_tuple_inputs(example_inputs), example_kwargs)
     inputs = tuple(tensors)
     tr = _trace(model, call, inputs, autocast_dtype, grad_outputs, kept_outputs)
-    from torch.fx._lazy_graph_module import _LazyGraphModule, _use_lazy_graph_module
-
-    # a graph grouped only for `pick` to look at gets its nodes' code generated when a node is first run
-    # (744 modules, 0.73 of Llama 4 x 128's 5.7 CPU s of planning, 513 of them the op-level graph not used)
-    with _use_lazy_graph_module(pick is not None):
-        eg = _graph_at(tr, model, inputs, granularity, block_names, name, cost_model)
+    # a graph grouped only for `pick` to look at builds no module (Llama 4 x 128: 513 of 741 modules, the
+    # op-level graph not used; their fx graphs and code were 0.5-0.7 of its 5-7 CPU s of planning)
+    eg = _graph_at(tr, model, inputs, granularity, block_names, name, cost_model, build=pick is None)
     if pick is not None:
         chosen = pick(eg)
         if chosen != granularity:
             eg = _graph_at(tr, model, inputs, chosen, _block_names(model, chosen, None), name, cost_model)
-        else:   # used after all: generated now, so that the executor's `fn.forward` is the code itself
+        else:   # used after all: built now
             for spec in eg.groups:
-                _LazyGraphModule.force_recompile(spec.fn)
+                if spec.fn is None:
+                    spec.fn, spec.build = spec.build(), None
     _profile_graph(eg, model, inputs, cost_model, workspace, profile_options)
     log.info("extracted %r", eg)
     return eg
@@ -795,13 +796,16 @@ def _trace(model, call: CallSpec, inputs: tuple, autocast_dtype, grad_outputs, k
                   autocast_dtype=autocast_dtype)
 
 
-def _graph_at(tr: _Trace, model, inputs, granularity: str, block_names, name, cost_model) -> ExtractedGraph:
-    """The trace grouped at ``granularity``: an ExtractedGraph with unit costs and estimated workspaces."""
+def _graph_at(tr: _Trace, model, inputs, granularity: str, block_names, name, cost_model,
+              build: bool = True) -> ExtractedGraph:
+    """The trace grouped at ``granularity``: an ExtractedGraph with unit costs and estimated workspaces
+    (``build=False``: its nodes' modules are not built, see :class:`GroupSpec`'s ``build``)."""
     import torch
 
     mutated = tr.mutated
     groups, tangent_meta, fixed_extra = _group(tr.joint, tr.placeholders, tr.outs, tr.n_primals, granularity,
-                                               block_names, untraced={len(mutated) + i for i in tr.released})
+                                               block_names, untraced={len(mutated) + i for i in tr.released},
+                                               build=build)
     # fixed bytes: parameters, buffers, mutated-buffer snapshots, inputs, tangents, joint outputs
     fixed = 0
     seen: set = set()
@@ -964,11 +968,12 @@ def _traced_grad_outputs(grad_outputs, differentiable: list, scalars: list) -> l
     return traced or list(differentiable)
 
 
-def _group(joint, placeholders, outs, n_primals, granularity, block_names, untraced=frozenset()):
+def _group(joint, placeholders, outs, n_primals, granularity, block_names, untraced=frozenset(), build=True):
     """Units, groups, memory and workspace. Returns (groups, tangent_meta, fixed_extra_bytes).
 
     ``untraced``: joint output positions of user outputs without a tangent; they are node memory, held
-    to the end of the forward pass by an ``<outputs>`` node.
+    to the end of the forward pass by an ``<outputs>`` node. ``build=False``: each group's module is left
+    to its ``build()``.
     """
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -1153,10 +1158,18 @@ def _group(joint, placeholders, outs, n_primals, granularity, block_names, untra
             if used_outside or n in joint_out_index:
                 olist.append(n)
         out_lists[g] = olist
+    out_pos = {gid: {n: i for i, n in enumerate(lst)} for gid, lst in out_lists.items()}
     for g in order:
         nodes = group_nodes[g]
         is_bwd = tag(runs[g][0])
-        gm, inputs, ops = _build_group_module(joint, nodes, fixed_view, group_of, g, ph_index, out_lists, rank)
+        if build:
+            gm, inputs, ops = _build_group_module(joint, nodes, fixed_view, group_of, g, ph_index, out_lists,
+                                                  out_pos)
+            later = None
+        else:
+            gm, (inputs, ops) = None, _group_sources(nodes, fixed_view, group_of, ph_index, out_pos)
+            later = functools.partial(_built_module, joint, nodes, fixed_view, group_of, g, ph_index, out_lists,
+                                      out_pos)
         olist = out_lists[g]
         jouts = [(i, j) for i, n in enumerate(olist) for j in joint_out_index.get(n, [])]
         # memory: distinct non-fixed storages of the outputs
@@ -1177,7 +1190,8 @@ def _group(joint, placeholders, outs, n_primals, granularity, block_names, untra
         groups.append(GroupSpec(
             name=name, fn=gm, inputs=inputs, outputs=[n.name for n in olist], joint_outputs=jouts,
             random=random, ops=ops, scope=_scope_key(scope(head), granularity, block_names), is_backward=is_bwd,
-            memory_bytes=int(mem), workspace_bytes=int(max(ws, 0)), fx_nodes=tuple(n.name for n in nodes)))
+            memory_bytes=int(mem), workspace_bytes=int(max(ws, 0)), fx_nodes=tuple(n.name for n in nodes),
+            build=later))
     # translate ("node", group_id, out) with group ids -> graph positions
     for spec in groups:
         spec.inputs = [("node", rank[s[1]], s[2]) if s[0] == "node" else s for s in spec.inputs]
@@ -1388,7 +1402,45 @@ def _constant(value):
     return remat_constant
 
 
-def _build_group_module(joint, nodes, fixed_view, group_of, g, ph_index, out_lists, rank):
+def _group_sources(nodes, fixed_view, group_of, ph_index, out_pos):
+    """The input sources and op names of :func:`_build_group_module`'s module, in the same order, without
+    building it."""
+    seen: set = set()
+    inputs: list = []
+    ops: list[str] = []
+
+    def load(a):
+        if a not in seen:
+            seen.add(a)
+            if a.op == "placeholder":
+                inputs.append(("ph", ph_index[a]))
+            elif a.op != "get_attr" and a in fixed_view:
+                _map_arg((a.args, a.kwargs), load)
+                ops.append(str(a.target))
+            elif a.op != "get_attr":
+                inputs.append(("node", group_of[a], out_pos[group_of[a]][a]))
+        return a
+
+    for n in nodes:
+        _map_arg((n.args, n.kwargs), load)   # node_copy's order: args, then kwargs
+        seen.add(n)
+        if n.target is not operator.getitem:
+            ops.append(str(n.target))
+    return inputs, tuple(ops)
+
+
+def _map_arg(a, fn):
+    import torch.fx
+
+    return torch.fx.node.map_arg(a, fn)
+
+
+def _built_module(*args):
+    """:func:`_build_group_module`'s module alone (a group's deferred ``build``)."""
+    return _build_group_module(*args)[0]
+
+
+def _build_group_module(joint, nodes, fixed_view, group_of, g, ph_index, out_lists, out_pos):
     """An fx.GraphModule computing one group; returns (gm, input sources, op names)."""
     import torch
     import torch.fx as fx
@@ -1397,7 +1449,6 @@ def _build_group_module(joint, nodes, fixed_view, group_of, g, ph_index, out_lis
     env: dict[Any, Any] = {}
     inputs: list = []
     ops: list[str] = []
-    out_pos = {gid: {n: i for i, n in enumerate(lst)} for gid, lst in out_lists.items()}
 
     def new_placeholder(label):
         first = next((x for x in graph.nodes if x.op != "placeholder"), None)
@@ -1436,8 +1487,4 @@ def _build_group_module(joint, nodes, fixed_view, group_of, g, ph_index, out_lis
         if n.target is not operator.getitem:
             ops.append(str(n.target))
     graph.output(tuple(env[n] for n in out_lists[g]))
-    from torch.fx._lazy_graph_module import _make_graph_module
-
-    # a lazy module (its code generated at its first call) inside _use_lazy_graph_module: see _extract
-    gm = _make_graph_module(torch.nn.Module(), graph)
-    return gm, inputs, tuple(ops)
+    return fx.GraphModule(torch.nn.Module(), graph), inputs, tuple(ops)
