@@ -19,8 +19,8 @@ Run: ``.venv/bin/python benchmarks/bench_tf.py [--quick]``
     EfficientNetB0, DenseNet121, MobileNetV2 (``weights=None``) and a
     MultiHeadAttention transformer, float32. Plain ``fit``; each RematScope
     mode that runs in this Keras (checked each run; a mode that fails is listed
-    with its error); remat_tf at 0.7, 0.5, 0.3 of activation memory and the
-    smallest budget ``auto`` finds. Measured peak: one ``train_on_batch`` step,
+    with its error); remat_tf checkpoint-all (1.0) and ``auto`` at 0.7, 0.5,
+    0.3 of activation memory and the smallest budget it finds. Measured peak: one ``train_on_batch`` step,
     allocator peak minus the bytes in use before it (the same meter as (b));
     step time: median of the per-batch wall clock of one ``fit`` epoch after a
     warm-up epoch. The load average is recorded with each model.
@@ -184,7 +184,7 @@ def memory(cfg, batch, methods, time_limit_s, repeats=5):
 
 
 MODELS = ("mobilenetv2", "resnet50", "efficientnetb0", "densenet121", "transformer")
-LEVELS = (0.7, 0.5, 0.3, "smallest")
+LEVELS = (1.0, 0.7, 0.5, 0.3, "smallest")  # 1.0: auto's plan there recomputes nothing (the fast point)
 
 
 def transformer(seq: int = 64, width: int = 64, blocks: int = 4):
@@ -243,9 +243,13 @@ def _fit_step_ms(model, x, y, batch) -> float:
 
 
 def _ours_at(eg, level, time_limit_s):
-    """A RematModel at ``level`` (a fraction, or "smallest": the lower bound, else the smallest peak auto reached)."""
+    """A RematModel at ``level`` (a fraction, or "smallest": the lower bound, else the smallest peak auto reached;
+    1.0: checkpoint-all, the plan that recomputes nothing)."""
     import remat_tf
     from remat_core.units import min_budget_bytes
+
+    if level == 1.0:
+        return remat_tf.RematModel.from_extracted(eg, budget=1.0, method="checkpoint-all")
 
     opts = {"time_limit_s": time_limit_s}
     budget = min_budget_bytes(eg.graph)[0] if level == "smallest" else level
@@ -305,15 +309,16 @@ def versus_scope(name, size, batch, steps, time_limit_s, device, with_eager=True
     resident = eg.graph.meta["weight_bytes"] + eg.graph.meta["batch_bytes"]
     for level in LEVELS:
         t0 = time.perf_counter()
+        label = "remat_tf checkpoint-all @1.0" if level == 1.0 else f"remat_tf auto @{level}"
         try:
             rm = _ours_at(eg, level, time_limit_s)
         except remat_tf.BudgetInfeasibleError as exc:
-            rows.append({"model": name, "variant": f"remat_tf auto @{level}", "kind": "ours", "error": str(exc)[:200]})
+            rows.append({"model": name, "variant": label, "kind": "ours", "error": str(exc)[:200]})
             continue
         solve_s = time.perf_counter() - t0
         rm.compile(optimizer=keras.optimizers.SGD(0.01))
         counts = rm.plan.compute_counts()
-        run(f"remat_tf auto @{level}", "ours", rm, fraction=budget_fraction(eg.graph, rm.budget_bytes),
+        run(label, "ours", rm, fraction=budget_fraction(eg.graph, rm.budget_bytes),
             predicted=rm.predicted_peak_bytes - resident, recomputed=int(counts.sum() - eg.graph.n),
             solve_s=solve_s, extract_s=extract_s)
     load1 = os.getloadavg()[0]
@@ -402,8 +407,8 @@ def scope_markdown(rows: list, cfg: dict) -> list:
         "sparse cross-entropy from logits, `jit_compile=False` everywhere. *Peak*: allocator peak of one "
         "`train_on_batch` minus the bytes in use before it (CPU BFC allocator). *Predicted*: the simulator's peak "
         "minus weights and batch. *Step*: median per-batch wall clock over one `fit` epoch of "
-        f"{cfg['steps']} batches after a warm-up epoch. remat_tf: method `auto` ({cfg['time_limit_s']:.0f} s) at 0.7, "
-        "0.5, 0.3 of activation memory and the smallest budget auto finds. Load: 1-minute load average at the start "
+        f"{cfg['steps']} batches after a warm-up epoch. remat_tf: checkpoint-all at 1.0 and method `auto` "
+        f"({cfg['time_limit_s']:.0f} s) at 0.7, 0.5, 0.3 of activation memory and the smallest budget auto finds. Load: 1-minute load average at the start "
         "and end of the model (2 cores shared with other engineers' jobs: times are noisy, compare within a model).",
         "",
         _report.table(["model", "variant", "budget (fraction)", "measured peak MiB", "predicted MiB",
@@ -420,37 +425,38 @@ def scope_markdown(rows: list, cfg: dict) -> list:
 
 
 def peaks_only(name, size, batch, time_limit_s, device) -> list:
-    """Measured and predicted step peaks of plain fit and of remat_tf at 1.0 and :data:`LEVELS` (no timing, no
+    """Measured and predicted step peaks of plain fit and of remat_tf at :data:`LEVELS` (no timing, no
     RematScope): the quick check of issue 35's first goal, a plan never above plain ``fit``. *Predicted*: the
     graph-level prediction the plan was solved with; *replayed*: the traced training step replayed op by op
-    (``RematModel.replayed_peak_bytes``), both minus weights and batch."""
+    (``RematModel.replayed_peak_bytes``), both minus weights and batch; *tensors*: the peak of the bytes the
+    step's allocations requested, from TensorFlow's profiler (``remat_tf.memory.train_step_tensor_peak_bytes``;
+    the allocator's meter counts the chunks it handed out)."""
     import keras
 
     import remat_tf
     from remat_core.units import budget_fraction
-    from remat_tf.memory import train_step_peak_bytes
+    from remat_tf.memory import train_step_tensor_peak_bytes
 
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     xb, yb = _batch_data(name, size, batch, 1)
     plain = build_app(name, size)
     plain.compile(optimizer=keras.optimizers.SGD(0.01), loss=loss, jit_compile=False)
-    plain_peak = train_step_peak_bytes(plain, xb, yb, device)
-    out = [[name, "plain fit", "", f"{plain_peak / MIB:.2f}", "", "", "", "", ""]]
+    plain_peak, plain_tensors = train_step_tensor_peak_bytes(plain, xb, yb)
+    out = [[name, "plain fit", "", f"{plain_peak / MIB:.2f}", f"{plain_tensors / MIB:.2f}", "", "", "", "", "", ""]]
     eg = remat_tf.extract_graph(build_app(name, size), xb, yb, loss)
     resident = eg.graph.meta["weight_bytes"] + eg.graph.meta["batch_bytes"]
-    for level in (1.0, *LEVELS):
+    for level in LEVELS:
         try:
-            rm = (remat_tf.RematModel.from_extracted(eg, budget=1.0, method="checkpoint-all") if level == 1.0
-                  else _ours_at(eg, level, time_limit_s))
+            rm = _ours_at(eg, level, time_limit_s)
         except remat_tf.BudgetInfeasibleError as exc:
-            out.append([name, f"remat_tf @{level}", "", str(exc)[:120], "", "", "", "", ""])
+            out.append([name, f"remat_tf @{level}", "", str(exc)[:120], "", "", "", "", "", "", ""])
             continue
         rm.compile(optimizer=keras.optimizers.SGD(0.01))
-        peak, predicted = train_step_peak_bytes(rm, xb, yb, device), rm.predicted_peak_bytes - resident
+        (peak, tensors), predicted = train_step_tensor_peak_bytes(rm, xb, yb), rm.predicted_peak_bytes - resident
         replayed = rm.replayed_peak_bytes - eg.graph.fixed_bytes
         out.append([name, f"remat_tf @{level}", f"{budget_fraction(eg.graph, rm.budget_bytes):.3f}",
-                    f"{peak / MIB:.2f}", f"{predicted / MIB:.2f}", f"{peak / predicted:.3f}",
-                    f"{replayed / MIB:.2f}", f"{peak / replayed:.3f}",
+                    f"{peak / MIB:.2f}", f"{tensors / MIB:.2f}", f"{predicted / MIB:.2f}", f"{peak / predicted:.3f}",
+                    f"{replayed / MIB:.2f}", f"{peak / replayed:.3f}", f"{tensors / replayed:.3f}",
                     int(rm.plan.compute_counts().sum() - eg.graph.n)])
         print("  ", out[-1], file=sys.stderr, flush=True)
     return out
@@ -562,8 +568,9 @@ def main() -> None:
             table = []
             for name in models:
                 table += peaks_only(name, scope_cfg["size"], scope_cfg["batch"], scope_cfg["time_limit_s"], device)
-            print(_report.table(["model", "variant", "budget (fraction)", "measured peak MiB", "predicted MiB",
-                                 "measured / predicted", "replayed MiB", "measured / replayed", "recomputed"], table))
+            print(_report.table(["model", "variant", "budget (fraction)", "measured peak MiB", "tensors MiB",
+                                 "predicted MiB", "measured / predicted", "replayed MiB", "measured / replayed",
+                                 "tensors / replayed", "recomputed"], table))
             return
         rows = []
         for name in models:
