@@ -66,7 +66,8 @@ def smallest_found_budget(g) -> int:
     for h in HEURISTICS:
         if h == "random":
             continue
-        r = solve(g, g.min_budget_lower_bound_bytes(), method="dtr", heuristic=h)
+        # the stage run, as before 018ee95 made order="auto" dtr's default: the rows' smallest budgets stay comparable
+        r = solve(g, g.min_budget_lower_bound_bytes(), method="dtr", heuristic=h, order="stages")
         found.append(r.peak_memory_bytes if r.success else r.stats.get("method_min_budget_bytes"))
     return int(min(x for x in found if x is not None))
 

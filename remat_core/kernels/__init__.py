@@ -15,7 +15,7 @@ timed call, 10-25 s of CPU (minutes on a loaded machine, past any
 ``time_limit_s``). Instead the default implementation is the reference while
 a child process compiles numba's kernels into the cache
 (``_numba.compile_all``); the calls switch to numba once the cache holds them
-(checked at most every :data:`COLD_RECHECK_S`). The implementations return
+(checked at most every ``COLD_RECHECK_S``). The implementations return
 identical results, so only the speed changes. If the child ends without
 filling the cache, this process stays on the reference. ``REMAT_KERNEL=numba``
 (or :func:`use_kernel`) compiles in the process as before.
@@ -41,7 +41,8 @@ import numpy as np
 
 from ..errors import UnknownMethodError
 
-__all__ = ["available_kernels", "kernel_name", "compile_numba", "numba_compile_status", "get_kernel", "use_kernel", "simulate", "r_given_s", "path_cuts", "dtr", "dtr_sequence"]
+__all__ = ["available_kernels", "kernel_name", "compile_numba", "numba_compile_status", "get_kernel", "use_kernel",
+           "simulate", "r_given_s", "path_cuts", "dtr", "dtr_sequence"]
 
 # name -> module path, in preference order
 _IMPLEMENTATIONS = {

@@ -92,7 +92,7 @@ class Move:
 
 
 def _fine_scales() -> list[float]:
-    """The budget shares of the fine restarts (:data:`FINE_STEP`), the largest first, without those of SCALES."""
+    """The budget shares of the fine restarts (``FINE_STEP``), the largest first, without those of SCALES."""
     steps = int(round((1.0 - FINE_FLOOR) / FINE_STEP))
     return [s for s in (round(1.0 - FINE_STEP * k, 3) for k in range(1, steps + 1)) if s not in SCALES]
 
@@ -100,7 +100,7 @@ def _fine_scales() -> list[float]:
 def restart_moves(n_seeds: int = 200) -> Iterator[Move]:
     """The restarts in the order :func:`improve` tries them: every heuristic and freeing rule at each budget
     share of ``SCALES`` (the largest first), then the fine shares (``_fine_scales``) for each of
-    :data:`FINE_RUNS` in turn, then ``n_seeds`` seeds of the ``random`` heuristic.
+    ``FINE_RUNS`` in turn, then ``n_seeds`` seeds of the ``random`` heuristic.
 
     Examples
     --------
