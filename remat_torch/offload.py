@@ -97,6 +97,15 @@ def torch_state_layout(extracted: ExtractedGraph, model, inputs) -> StateLayout:
     TypeError, ValueError
         If ``extracted`` is not an ExtractedGraph, or ``model`` and
         ``inputs`` do not have its parameters and inputs.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from remat_torch import extract_graph
+    >>> model, x = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)), torch.randn(4, 8)
+    >>> eg = extract_graph(model, (x,))
+    >>> [(b.name, b.nbytes, b.kind) for b in torch_state_layout(eg, model, (x,)).blocks][:2]
+    [('param:0.weight', 256, 'param'), ('param:0.bias', 32, 'param')]
     """
     if not isinstance(extracted, ExtractedGraph):
         raise TypeError(f"`extracted` must be an ExtractedGraph; got {type(extracted).__name__}")
@@ -582,6 +591,18 @@ def offload_training_state(model, inputs, budget: Any, host_bandwidth: Any, gran
     ------
     ValueError
         Naming the argument, or when no plan fits ``budget``.
+
+    Examples
+    --------
+    >>> import math, torch
+    >>> layers = [m for _ in range(3) for m in (torch.nn.Linear(64, 64), torch.nn.ReLU())]
+    >>> model, x = torch.nn.Sequential(*layers, torch.nn.Linear(64, 8)), torch.randn(4, 64)
+    >>> ex = offload_training_state(model, (x,), budget=55000, host_bandwidth=math.inf)
+    >>> opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    >>> _ = ex.step(model, (x,))    # .grad filled; the weights kept on the host are stepped there
+    >>> opt.step()
+    >>> ex.peak_bytes <= 55000 < int(ex.eg.graph.min_budget_lower_bound_bytes())   # remat alone: 105280
+    True
     """
     from remat_core.host import solve_offload, validate_bandwidth
     from remat_core.units import resolve_budget
