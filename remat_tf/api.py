@@ -385,6 +385,13 @@ def _solve_plan(eg: ExtractedGraph, budget_bytes: int, method: str, hoist: bool,
         else:
             lower = max(lower, int(result.stats.get("min_budget_bytes", 0) or 0))
     layer = culprit[len("grad/"):] if culprit.startswith("grad/") else culprit
+    names = [graph.node(k).name for k in range(graph.n)]
+    scratch = int(graph.workspace_bytes[names.index(culprit)]) if culprit in names else 0
+    # the scratch is what the kernel allocated when run alone (remat_tf.memory): on CPU, TensorFlow's Eigen
+    # convolution backprops (float64, or oneDNN off) take a ~30 MiB working buffer whatever the layer's size
+    why = (f"; its kernels take {format_bytes(scratch)} of scratch beyond their tensors (TensorFlow's Eigen "
+           "convolution backprops, which CPU float64 uses, take up to ~32 MiB each whatever the layer's size)"
+           if scratch >= (1 << 20) else "")
     status = result.status.value if result is not None else "infeasible"
     detail = f" ({result.message})" if result is not None and result.message else ""
     if over:
@@ -394,7 +401,7 @@ def _solve_plan(eg: ExtractedGraph, budget_bytes: int, method: str, hoist: bool,
         f"method {method!r} found no plan for model {eg.model.name!r} within `budget` {format_bytes(budget_bytes)} "
         f"({budget_fraction(graph, budget_bytes):.3f} of activation memory): {status}{detail}. The smallest "
         f"feasible budget is at least {format_bytes(lower)} ({budget_fraction(graph, lower):.3f} of activation "
-        f"memory), set by layer {layer!r} (node {culprit!r})",
+        f"memory), set by layer {layer!r} (node {culprit!r}){why}",
         result, budget_bytes=budget_bytes, min_budget_bytes=lower, culprit=layer)
 
 

@@ -113,6 +113,9 @@ def test_unmeasurable_allocator_falls_back_to_the_allowance(monkeypatch):
     assert max(eg.graph.workspace_bytes) >= 32 * MiB
     with pytest.raises(ValueError, match="`kernel_scratch`"):
         remat_tf.extract_graph(cnn5(), x, y, LOSS, kernel_scratch="measured")
+    # the error names the scratch that sets the smallest budget (MobileNetV3Small in float64: a 32 MiB buffer)
+    with pytest.raises(remat_tf.BudgetInfeasibleError, match=r"kernels take 3\d\.\d MiB of scratch"):
+        remat_tf.RematModel.from_extracted(eg, budget=0.5, method="checkpoint-all")
 
 
 def transformer(seq=64, width=64, blocks=4):
