@@ -256,7 +256,10 @@ class OffloadExecutor(Executor):
                 t = tensors[self._block_ph[j]]
                 # ZeRO-Offload: a parameter on the host between steps lives there (its optimizer state too)
                 if cuda and t.device.type == "cuda" and isinstance(t, torch.nn.Parameter):
+                    grad, t.grad = t.grad, None   # a gradient must be where its parameter is
                     t.data = t.data.to("cpu").pin_memory()
+                    if grad is not None:
+                        t.grad = grad.to("cpu")
         st = super().begin(params, buffers, inputs)
         st.host = {}           # host slot -> tensors
         st.host_left = dict(self._prefetches_left)
