@@ -98,19 +98,22 @@ def test_mlp_with_weights_on_the_host_trains_like_eager_with_adamw():
     assert ex.peak_host_bytes == simulate_host(eg.graph, plan, math.inf).peak_host_bytes > 0
 
 
-def test_cnn_with_input_and_weights_off_the_device_trains_like_eager_with_momentum():
-    model, inputs = make_case("cnn")   # BatchNorm statistics and dropout masks too
+@pytest.mark.parametrize("name,frac,moves,make_opt", [
+    ("cnn", 0.3, {"param", "input"}, lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9)),   # BatchNorm, dropout
+    ("transformer", 0.2, {"param"}, lambda ps: torch.optim.AdamW(ps, lr=1e-3)),                 # LayerNorm, attention
+])
+def test_models_with_state_off_the_device_train_like_eager(name, frac, moves, make_opt):
+    model, inputs = make_case(name)
     eg = extract_graph(model, inputs, granularity="module")
     g = eg.graph
     lay = torch_state_layout(eg, model, inputs)
     lo, hi = state_floor_bytes(g, lay), g.min_budget_lower_bound_bytes()
-    res = solve_offload(g, int(lo + 0.3 * (hi - lo)), host_bandwidth=math.inf, state_layout=lay)
+    res = solve_offload(g, int(lo + frac * (hi - lo)), host_bandwidth=math.inf, state_layout=lay)
     assert res.success and res.peak_memory_bytes < hi   # only a plan that moves the state fits
     plan = res.host_plan
-    moved = {lay.blocks[j].kind for j in plan.dropped_blocks()}
-    assert moved == {"param", "input"}
+    assert {lay.blocks[j].kind for j in plan.dropped_blocks()} == moves
     ex = OffloadExecutor(eg, plan)
-    _train_like_eager(ex, model, inputs, lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9))
+    _train_like_eager(ex, model, inputs, make_opt, steps=3)
 
 
 def test_a_weight_on_the_device_between_steps_leaves_the_module_while_dropped():
