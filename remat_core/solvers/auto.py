@@ -626,6 +626,42 @@ def _lns(best: _Best, graph: Graph, budget_bytes: int, deadline: float | None, s
                          "rounds": info["rounds"], "time_s": round(time.perf_counter() - t0, 3)}
 
 
+def _alternate(best: _Best, graph: Graph, budget_bytes: int, deadline: float | None, settled: Any,
+               moves: Any) -> None:
+    """The end of the large path under a long limit (a stall window above ``patience_s``): the windowed MILP
+    and the restarts take turns, each until nothing has improved for the stall window (the stall rule counts
+    from the turn's start; beyond STALL_GAP it never ends a turn, so the MILP then runs to the limit as
+    before). The MILP runs again only from a new best schedule (from the same one it would repeat its windows),
+    and to the limit once the restarts have run out. Why: at 0.6 of the peak of the 497-node layered graph
+    the MILP ran 232 s of 300 s without an improvement while the restarts it had cut short (51 moves at a load
+    of 14) still held cheaper schedules (finer budget shares, ``anytime._fine_scales``); at 0.5 of the 245-node
+    one, before 16707c2, the reverse: the restarts stalled and the MILP never ran."""
+    lns_from = None   # the schedule the MILP last started from
+    spent = {"windows": 0, "improved": 0, "time_s": 0.0}
+    while deadline is None or time.perf_counter() < deadline:
+        out_of_moves = best.tried.get("anytime", {}).get("status") == "moves exhausted"
+        ran = False
+        if best.staged is not None and (best.staged[1] is not lns_from or out_of_moves):
+            lns_from = best.staged[1]
+            best.stall_from = math.inf if out_of_moves else time.perf_counter()
+            before = best.tried.get("lns")
+            _lns(best, graph, budget_bytes, deadline, stop=settled)
+            after = best.tried.get("lns")
+            if after is not before and after is not None and "windows" in after:   # one entry for every turn
+                ran = after["windows"] > 0
+                for key in spent:
+                    spent[key] += after[key]
+                after.update(windows=spent["windows"], improved=spent["improved"], time_s=round(spent["time_s"], 3))
+        if out_of_moves:
+            return
+        moves_before = best.tried.get("anytime", {}).get("moves", 0)
+        best.stall_from = time.perf_counter()
+        _anytime(best, graph, budget_bytes, deadline, stop=settled, moves=moves)
+        if not ran and best.tried.get("anytime", {}).get("moves", 0) == moves_before:
+            return   # neither turn did anything: settled within stop_gap, or nothing left to run
+    best.stall_from = math.inf
+
+
 def solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None = 60.0,
                memory_limit_bytes: int | None = DEFAULT_MODEL_BYTES_LIMIT, threads: int | None = None,
                verbose: bool = False, stop_gap: float = DEFAULT_STOP_GAP,
@@ -849,12 +885,12 @@ def _solve_auto(graph: Graph, budget_bytes: int, time_limit_s: float | None, thr
             _min_peak(best, graph, budget_bytes, deadline)
         _anytime(best, graph, budget_bytes, deadline, stop=settled, moves=moves)
         if stall_s > patience_s:
-            # a long limit: restarts that stalled hand over to the windowed MILP, which then runs to the limit
-            # unless within stop_gap (at 0.5 of the peak of a 245-node graph the restarts stalled for 30 s of a
-            # 300 s limit and the MILP never ran); the default limit keeps the stall rule (issue 36's planning time)
-            best.stall_from = math.inf
-        # the restarts ran out (or the time): the exact MILP on windows of the best schedule's stages, to the end
-        _lns(best, graph, budget_bytes, deadline, stop=settled)
+            # a long limit (the default limit keeps the stall rule: issue 36's planning time): the windowed MILP
+            # and the restarts take turns (_alternate)
+            _alternate(best, graph, budget_bytes, deadline, settled, moves)
+        else:
+            # the restarts ran out (or the time): the exact MILP on windows of the best schedule's stages
+            _lns(best, graph, budget_bytes, deadline, stop=settled)
     _polish(best, graph, budget_bytes, deadline, sim_s)
     stats: dict[str, Any] = {"path": path, "tried": best.tried, "chosen": best.method,
                              "estimated_nonzeros": estimate_milp_size(graph).nonzeros}

@@ -189,3 +189,60 @@ def test_the_stall_window_grows_with_an_explicit_limit(monkeypatch, limit, stall
     assert not rule()
     best.offer("y", RematResult(status=SolveStatus.FEASIBLE, objective=100.5))
     assert rule()
+
+
+def test_a_long_limit_alternates_the_windowed_milp_and_the_restarts(monkeypatch):
+    """Under a long limit (stall window 30 s) the windowed MILP and the restarts take turns, each until nothing
+    has improved for the window; the MILP again only from a new schedule, and to the limit once the restarts
+    have run out. Stub turns on a fake clock (1 s a step)."""
+    import remat_core.solvers.auto as auto
+    from remat_core.schedule import RematResult
+    from remat_core.zoo import linear_graph
+
+    clock = _Clock()
+    monkeypatch.setattr(auto, "time", clock)
+    g = linear_graph(6)
+    best = auto._Best(g, 8)
+
+    def improve_to(name, objective):
+        res = RematResult(status=SolveStatus.FEASIBLE, objective=objective)
+        best.result, best.method, best.improved_at, best.staged = res, name, clock.now, (name, res)
+
+    improve_to("first", 103.0)   # 3% above the bound: the stall rule applies
+    best.lower_bound = 100.0
+    settled = auto._settled_rule(best, clock.now, auto.DEFAULT_STOP_GAP, auto.DEFAULT_PATIENCE_S, 30.0)
+    turns = []
+
+    def lns(_best, _graph, _budget, deadline, stop):
+        turns.append(("lns", best.staged[1].objective, best.stall_from == math.inf))
+        windows = 0
+        while clock.now < deadline and not stop():
+            clock.now += 1.0
+            windows += 1
+        best.tried["lns"] = {"status": "stopped", "windows": windows, "improved": 0, "time_s": float(windows)}
+
+    def anytime(_best, _graph, _budget, deadline, stop, moves):
+        k = sum(t[0] == "restarts" for t in turns)
+        turns.append(("restarts", best.result.objective))
+        n, status = 0, "stopped"
+        if k == 0:   # the first turn finds a cheaper schedule, then stalls
+            clock.now += 5.0
+            improve_to("restart", 102.0)
+        while clock.now < deadline and not stop():
+            clock.now += 1.0
+            n += 1
+            if k == 2 and n == 10:   # the third runs out of moves
+                status = "moves exhausted"
+                break
+        done = best.tried.get("anytime", {}).get("moves", 0)
+        best.tried["anytime"] = {"status": status, "moves": done + n + 1, "improved": 0, "time_s": 0.0}
+
+    monkeypatch.setattr(auto, "_lns", lns)
+    monkeypatch.setattr(auto, "_anytime", anytime)
+    deadline = clock.now + 300.0
+    auto._alternate(best, g, 8, deadline, settled, None)
+    assert turns == [("lns", 103.0, False), ("restarts", 103.0), ("lns", 102.0, False), ("restarts", 102.0),
+                     ("restarts", 102.0), ("lns", 102.0, True)]
+    assert clock.now >= deadline
+    # one entry for every MILP turn: 30 + 30 s stalled, then the rest of the limit
+    assert best.tried["lns"]["windows"] == 30 + 30 + (deadline - 1000.0 - 30 - 35 - 30 - 30 - 10)
