@@ -415,6 +415,7 @@ class RematModule(torch.nn.Module):
             sig = None
         if sig is not None:
             self.__dict__["forward"] = _Forward(self, sig)
+        self.__class__ = _remat_class_for(type(module))
 
     # ---------------------------------------------------------------- attributes
     def __getattr__(self, name: str):
@@ -633,6 +634,12 @@ class RematModule(torch.nn.Module):
         return rm
 
     # ---------------------------------------------------------------- pickling
+    def __reduce_ex__(self, protocol):
+        """Rebuild through the wrapped model's class: the per-class subclass (see :func:`_remat_class_for`) is
+        made at run time and cannot be found by name."""
+        func, args, *rest = super().__reduce_ex__(protocol)
+        return (_new_remat_module, (type(self.module),), *rest)
+
     def __getstate__(self):
         """Pickle (``torch.save``) the model, the settings and every plan's schedule, not the traced graphs.
 
@@ -722,6 +729,36 @@ def _add_module_prefix(module, state_dict, prefix, local_metadata, strict, missi
     inner = prefix + "module."
     for k in [k for k in list(state_dict) if k.startswith(prefix) and not k.startswith(inner)]:
         state_dict[inner + k[len(prefix):]] = state_dict.pop(k)
+
+
+_REMAT_CLASSES: dict = {}
+
+
+def _remat_class_for(model_class: type) -> type:
+    """The subclass of :class:`RematModule` for models of ``model_class``, named after it and with its
+    ``forward`` signature on the class: callers that read the class (Hugging Face ``Trainer`` finds a model's
+    label names and whether it can return a loss from ``type(model).forward``) see the wrapped model's."""
+    cls = _REMAT_CLASSES.get(model_class)
+    if cls is None:
+        def forward(self, *args, **kwargs):
+            return RematModule._forward(self, *args, **kwargs)
+
+        try:
+            forward.__signature__ = inspect.signature(model_class.forward)
+        except (TypeError, ValueError, AttributeError):
+            pass
+        forward.__doc__ = RematModule.forward.__doc__
+        name = f"RematModule[{model_class.__name__}]"
+        cls = type(name, (RematModule,), {"forward": forward, "__module__": RematModule.__module__,
+                                          "__qualname__": name})
+        _REMAT_CLASSES[model_class] = cls
+    return cls
+
+
+def _new_remat_module(model_class: type):
+    """An empty RematModule of ``model_class``'s subclass, for unpickling (``__setstate__`` fills it)."""
+    cls = _remat_class_for(model_class)
+    return cls.__new__(cls)
 
 
 class _Forward:
@@ -836,6 +873,13 @@ def _extract(model, args, kwargs, s: _Settings, granularity: str, blocks, grad_o
     from . import extract
     from .guards import refusing_side_effect_hooks
 
+    hf = next((n or "<root>" for n, m in model.named_modules() if getattr(m, "gradient_checkpointing", None) is True),
+              None)
+    if hf is not None:   # its checkpoint calls and input hook would be traced into the plan, on placeholders
+        raise RematError(
+            f"transformers' gradient checkpointing is on (module {hf!r}): remat plans the recomputation itself, "
+            "so use one or the other. Call model.gradient_checkpointing_disable() (with the Trainer: "
+            "TrainingArguments(gradient_checkpointing=False)) before the rematerialized model is called")
     with refusing_side_effect_hooks(model):
         return extract._extract(model, args, granularity, blocks, s.cost_model, s.autocast_dtype, None,
                                 s.workspace, kwargs, grad_outputs, kept_outputs, {}, pick=pick)
