@@ -214,8 +214,9 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
     partial : float, optional
         Also offload values in part (chunks): POFO may offload this fraction
         of a value, the joint search's greedy offloads the bytes a stretch
-        needs (default: whole values only; simulated only, the PyTorch
-        executor does not run chunked plans).
+        needs (and keeps its whole-value plans as candidates, so the result
+        is never slower than without); default: whole values only. Simulated
+        only: the PyTorch executor does not run chunked plans.
     state_layout : StateLayout, optional
         Blocks of ``fixed_bytes`` (parameters, gradients, the input batch)
         the joint plans may keep on the host between their uses
@@ -321,11 +322,13 @@ def solve_offload(graph: Graph, budget_bytes: int, method: str = "auto", host_ba
         ck_sched, ck_plan = checkpoint_all(graph)
         starts.append(("checkpoint-all", ck_sched))
         for name, sched in starts:
-            plan = offload_to_budget(graph, ck_plan if sched is ck_sched else sched, budget, bw, cost_per_s,
-                                     layout=state_layout, partial=bool(partial))
-            if plan is not None:
-                cands.append((name + (" + offload" if plan.num_offloads else ""), plan,
-                              sched if isinstance(sched, Schedule) else None))
+            # with chunks, whole values too: the greedy's chunk is not always the better choice
+            for flag in ((False, True) if partial else (False,)):
+                plan = offload_to_budget(graph, ck_plan if sched is ck_sched else sched, budget, bw, cost_per_s,
+                                         layout=state_layout, partial=flag)
+                if plan is not None and (not flag or plan.num_partial_offloads):
+                    cands.append((name + (" + offload" if plan.num_offloads else "")
+                                  + (" (chunks)" if flag else ""), plan, sched if isinstance(sched, Schedule) else None))
         cands.append(("offload-all", offload_all_plan(graph), ck_sched))
         if graph.n <= DTR_SWAP_MAX_NODES:
             plan = dtr_swap_plan(graph, budget, bw, cost_per_s)
