@@ -1037,15 +1037,21 @@ class RematPartitioner(_PartitionerBase):
                 if fits(candidates[-1]) and not self.fused:
                     break
         if self.fused and budget_bytes < default_peak:
-            fitting = self._choose_by_generated_code(candidates, exact, peak_of, budget_bytes)
+            fitting = self._choose_by_generated_code(candidates, exact, peak_of, budget_bytes,
+                                                     search_smallest=self.force_smallest)
             if not fitting and not self.force_smallest:
-                # nothing fits under Inductor's settings: the same saved sets, smallest model peak first, under
-                # settings that change what the generated code keeps alive (see _ALTERNATIVE_PATCHES)
+                # none of the candidates taken by cost fits under Inductor's settings: the same saved sets, smallest
+                # model peak first, under settings that change what the generated code keeps alive (see
+                # _ALTERNATIVE_PATCHES); tried before the search for the smallest plan under the defaults, whose
+                # lowerings are then saved where one fits (tiny Llama at 0.7: 6 candidates lowered -> 5, same plan)
+                stock = list(candidates)
                 base = sorted(candidates, key=lambda c: (c[2].peak, c[2].cost))[:_ALTERNATIVE_LOWERINGS]
                 alternatives = [(f"{c[0]} " + " ".join(f"{k}={v}" for k, v in patches.items()), c[1], c[2],
                                  {**self.plan_patches, **patches}) for patches in _ALTERNATIVE_PATCHES for c in base]
                 candidates.extend(alternatives)
                 fitting = self._choose_by_generated_code(alternatives, exact, peak_of, budget_bytes)
+                if not fitting:     # the smallest plan under the defaults (it may fit: returned), for the refusal
+                    fitting = self._choose_by_generated_code(stock, exact, peak_of, budget_bytes, cost_pass=False)
         else:
             fitting = [c for c in candidates if fits(c)]
             if self.force_smallest:     # the backend asks for the smallest plan found, to compile and measure it
@@ -1130,7 +1136,7 @@ class RematPartitioner(_PartitionerBase):
         return fw, bw
 
     def _choose_by_generated_code(self, candidates: list, exact: Callable, peak_of: Callable,
-                                  budget_bytes: int) -> list:
+                                  budget_bytes: int, cost_pass: bool = True, search_smallest: bool = True) -> list:
         """Under Inductor: the cheapest candidate whose generated code peaks within ``budget_bytes`` (a list of
         one), or ``[]``.
 
@@ -1151,9 +1157,10 @@ class RematPartitioner(_PartitionerBase):
         order of the model's peak, stopping where the model's peak reaches the
         best found (a bound, since the model under-counts) or after
         ``_SMALLEST_LOWERINGS`` candidates; a plan found there within the
-        budget is returned.
+        budget is returned. ``cost_pass=False`` skips the first pass,
+        ``search_smallest=False`` the search.
         """
-        if not self.force_smallest:
+        if cost_pass and not self.force_smallest:
             over: list = []     # candidates lowered and found over the budget
             for c in sorted(candidates, key=lambda c: (c[2].cost, c[2].peak)):
                 if c[2].peak > budget_bytes or peak_of(c) > budget_bytes:
@@ -1163,6 +1170,8 @@ class RematPartitioner(_PartitionerBase):
                 if exact(c) <= budget_bytes:
                     return [c]
                 over.append(c)
+        if not search_smallest and not self.force_smallest:
+            return []
         best = None
         # the bound counts candidates replayed before too, so that a run whose replays come from the disk cache
         # examines the same candidates as the run that lowered them (and names the same smallest plan)

@@ -466,3 +466,17 @@ def test_a_second_batch_shape_is_measured_at_compile_time():
         step(torch.randn(batch, 32)).backward()
     assert len(be.partitioner.plans) == 2
     assert all(p.measured_peak_bytes is not None for p in be.partitioner.plans), be.partitioner.plans
+
+
+def test_the_cost_pass_and_the_smallest_search_run_separately():
+    # the partitioner tries its alternative Inductor settings between the two (their lowerings are saved where one
+    # fits): without the search, a cost pass finding nothing lowers no more than its own candidates
+    cands = _candidates([("a", 90, 1.0), ("b", 60, 2.0), ("c", 80, 3.0)])
+    exact, peak_of, done = _chooser({"a": 130, "b": 120, "c": 95})
+    part = RematPartitioner(0.5)
+    assert part._choose_by_generated_code(cands, exact, peak_of, 85, search_smallest=False) == []
+    # a's model peak is over the budget, c is dominated by b (over in generated code, cheaper, smaller by the model)
+    assert set(done) == {"b"}
+    # the search alone lowers by model peak and returns a fit it finds
+    chosen = part._choose_by_generated_code(cands, exact, peak_of, 100, cost_pass=False)
+    assert [c[0] for c in chosen] == ["c"] and set(done) == {"a", "b", "c"}
