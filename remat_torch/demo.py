@@ -162,8 +162,8 @@ def _train_one(name, model, x, ckpt_forward, segments, fraction: float, method: 
     best = next((k for k, v in ckpt.items() if v[2] <= budget), None)
     # remat's smallest plan: the smallest budget a method finds (what torch.utils.checkpoint cannot reach)
     try:
-        rm.replan(budget=0.0)
-        smallest = None  # pragma: no cover - 0.0 is below the gradients' floor on these models
+        rm.replan(budget="1B")   # below every floor (a zero budget is refused outright, naming no smallest)
+        smallest = None  # pragma: no cover - 1 byte is below the gradients' floor on these models
     except BudgetInfeasibleError as exc:
         smallest = exc.min_budget_bytes
     low_rm = None

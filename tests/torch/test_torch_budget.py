@@ -1,5 +1,6 @@
 """Budget fractions on PyTorch graphs are of activation memory, parameter gradients left out."""
 
+import pytest
 import torch
 
 from remat_core import checkpoint_all_peak_bytes
@@ -19,7 +20,7 @@ def test_gradients_are_not_activation_memory():
     act = activation_bytes(g)
     # parameter-heavy at batch 4: gradients dominate what checkpoint-all holds beyond the fixed bytes
     assert 0 < act < peak - g.fixed_bytes - weights // 2
-    assert resolve_budget(g, 1.0) == peak and resolve_budget(g, 0.0) == peak - act
+    assert resolve_budget(g, 1.0) == peak and resolve_budget(g, 0.5) == int(peak - 0.5 * act)
 
 
 def test_gradient_nodes_hold_only_gradients_beside_fused_backward_ops():
@@ -88,3 +89,14 @@ def test_smallest_plan_does_not_depend_on_the_search_time():
         opt_ref.step()
         if step:   # the first step makes one-off allocations
             assert res + meter.peak_bytes <= budget + 1024, (step, res + meter.peak_bytes, budget)
+
+
+@pytest.mark.parametrize("zero", [0, 0.0, "0x"])
+def test_a_zero_budget_is_one_error_naming_budget_and_the_least_a_plan_needs(zero):
+    """A zero budget was clamped to the fixed bytes (1 B where there are none) and planned on; it is refused,
+    naming ``budget`` and what computing the largest node alone needs."""
+    from remat_torch import rematerialize
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    with pytest.raises(ValueError, match=r"`budget` must be above 0; .* alone needs .* of activation memory"):
+        rematerialize(model, torch.randn(4, 8), budget=zero, cost_model="unit")
