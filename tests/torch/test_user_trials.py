@@ -543,3 +543,33 @@ def test_compiled_backend_with_dropout_gives_the_gradients_of_plain_compile():
     torch.testing.assert_close(got, want)
     for p, q in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.xfail(strict=True, reason="T-bugs #20: BatchNorm1d over a transposed activation, then a Linear: "
+                                       "rematerialize raises torch's raw 'view size is not compatible' error")
+def test_batchnorm_over_a_transposed_activation_trains_or_is_refused_clearly():
+    """Eager runs the model; the AOT graph (``torch.compile(backend="aot_eager")`` fails the same way) views BN's
+    output with strides eager does not have. remat surfaced the raw RuntimeError from profile.measure_workspace;
+    expected: train like eager, or an UnsupportedModelError naming the line."""
+    from remat_torch.extract import UnsupportedModelError
+
+    class Net(torch.nn.Module):
+        def __init__(self, d=32):
+            super().__init__()
+            self.a, self.bn, self.head = torch.nn.Linear(16, d), torch.nn.BatchNorm1d(d), torch.nn.Linear(d, 1)
+
+        def forward(self, x):
+            return self.head(self.bn(self.a(x).transpose(1, 2)).transpose(1, 2)).pow(2).mean()
+
+    torch.manual_seed(0)
+    model, x = Net(), torch.randn(8, 64, 16)
+    ref = copy.deepcopy(model)
+    try:
+        rm = rematerialize(model, x, budget=1.0, method="checkpoint-all")
+    except UnsupportedModelError:
+        return
+    got = rm(x)
+    got.backward()
+    want = ref(x)
+    want.backward()
+    torch.testing.assert_close(got, want)
