@@ -74,8 +74,9 @@ LIVE_FRACTIONS = (1.0, 0.5, 0.3)
 LIVE_NOTES = """Reading the table: the tracked peak is what the runtime budgets: the storages operators return inside the
 block plus each operator's scratch (memory it allocates beyond its outputs, measured with the allocator on the first
 call of each operator signature); the allocator peak is what the CPU allocator saw. Gradients of parameters are never
-evicted. The runtime runs its default heuristic, `h_dtr`; an operator's cost is the smallest wall time measured for
-its signature, so the same budget gives the same evictions once the costs have settled. Wall times are not
+evicted. The runtime runs its default heuristic, `h_dtr`; an operator's cost is an estimate from
+its argument shapes (FLOPs of products and convolutions, else bytes moved, at fixed rates: `cost="model"`, the
+default), so the same budget gives the same evictions in every process and under any load. Wall times are not
 comparable on a machine this loaded (other processes take the cores): the CPU-time ratio (the smallest
 `time.process_time` of the step over the repeats) is the one to read. The two floor rows are what any runtime built
 as a Python `TorchDispatchMode` pays before doing anything: one Python call per operator (empty mode), and that
@@ -86,19 +87,16 @@ the tree net's 2x lies below the floor of this design (its 1,915 operators take 
 reaching it needs the dispatch itself in C++, as the DTR paper did inside PyTorch. A budget that thrashes is stopped
 (`max_replay_factor`) and shown as infeasible.
 
-Where the time goes (cProfile of one step, one thread; /tmp scripts, not part of this file): at 1.0 GPT-2's step
-is 1.44x eager in CPU time, against 1.16x for the floor with wrapper tensors in this run (1.43x in the run before:
-at a load average of 18 the floor rows move that much); the profile of that step puts the runtime's own share in
-making the wrappers (`DTRTensor.__new__`, about 45 microseconds per operator under the profiler), wrapping outputs
-and the block's exit, not in eviction code (nothing is evicted). At 0.3 the time is replays, not bookkeeping: GPT-2
-replays 1,732 operator calls for 405 (the replayed compute is about 5x the step's own), the tree net 11,087 for
-1,915 (16x), most of them the same few values again and again (on the tree net 557 values replayed, 18 of them 88-119 times each):
-a value replayed only to recompute another is freed again at once when no tensor refers to it (DTR's eager
-eviction), and the next value that needs it replays it again. Keeping such a parent while an evicted value that a
-tensor still refers to reads it cut GPT-2's replays at 0.3 from 1,750 to 1,080 and left the tree net's unchanged
-(11,071; a prototype, not kept). Of the bookkeeping beside the replays, the `h_dtr` ancestor walk of the eviction
-scores is the largest part (18% of the tree net's profiled step at 0.3); the schema reads of every replay
-(`_copy_written`, 6%) are now read once per operator."""
+Where the time goes (session 5; load average 12-15, CPU-time ratios move by 10-20% between runs): at 0.3 the time
+was replays. With costs from the smallest measured wall time, the tree net replayed 11,087 operator calls for 1,915
+at 0.3 in every run on this machine and 2,712 in the runs behind 635467c's message: the same code, other timings
+(its evictions follow the costs' ratios). The estimated costs give 1,180 here in every process; keeping a value
+that no tensor refers to while an evicted value that a tensor refers to would be recomputed through it (the core
+simulator's `hold`; before, each such replay replayed the parent again and freed it at once) gives 654. GPT-2 at
+0.3: 1,732 -> 1,646 (estimate) -> 620 (hold); the CNN 71 -> 84 (estimate; hold changes nothing there). At 1.0
+nothing is evicted: the distance to the floor rows is the runtime's per-operator bookkeeping (wrappers, the meta
+run of a new signature, the recipe), about 2x eager on the tree net's 1,915 small operators; the goals (1.3x, 2x)
+stay missed there and at 0.3."""
 
 
 def overhead(g, schedule) -> float:
@@ -238,8 +236,8 @@ SIMRD_PEAK_RATIO = {"LSTM_512": 0.77, "TreeLSTM_D.6": 0.75, "DenseNet-121_84": 1
 SIMRD_AT_OUR_HALF = {"LSTM_512": 1.18, "TreeLSTM_D.6": 1.21}
 NUMBERING_FRACTIONS = [0.5, 0.3, 0.2]
 NUMBERING_FOLDERS = {"run order": "dtr_dags", "depth-first": "dtr_dags_dfs_order"}
-NUMBERING_NOTES = """Reading the table: each cell is what `solve(g, budget, method="dtr", order="auto", find_min_budget=False)` returns
-(its `objective`: compute over one pass), the budget in bytes being the fraction of the checkpoint-all peak of the
+NUMBERING_NOTES = """Reading the table: each cell is what `solve(g, budget, method="dtr", find_min_budget=False)` returns
+(`order="auto"`, the default; its `objective`: compute over one pass), the budget in bytes being the fraction of the checkpoint-all peak of the
 *run-order* graph, so both numberings get the same bytes. The run that won is in brackets: `stages` (the stage-form
 run in the file's numbering), `stages, aware` (the stage run on the graph renumbered in
 `remat_core.order.memory_aware_order`, brought back as a sequence), `stages, demand` / `stages, demand desc` (the
@@ -247,7 +245,9 @@ same in `remat_core.order.demand_order`, inputs walked ascending / descending: t
 the backward latest-forward-first, as an eager program with autograd runs), `given` (the run as it runs, simrd's
 semantics, in the file's numbering) or `aware` / `demand` / `demand desc` (the same in those orders); `demand area`
 is `remat_core.order.least_area_demand_order` (of 16 seeded demand walks with random input order, the one of least
-liveness area), as it runs or as stages. A run as it runs stops as thrashing at 2x the compute (simrd's
+liveness area), `accumulation` is `remat_core.order.accumulation_order` (the demand walk taking the larger forward
+subtree first, and of equal ones the one whose cells the backward's gradient-accumulation chains sum later), as it
+runs or as stages. A run as it runs stops as thrashing at 2x the compute (simrd's
 cutoff); the stage run at 50 computations per node. "simrd @ its 0.5" is simrd at 0.5 of its own baseline peak, and
 "ours @ those bytes" is ours given the same number of bytes (0.5 / ratio of our peak, where the ratio is known);
 "simrd @ our 0.5" is simrd given the bytes of our 0.5. simrd's figures come from ../shared/data/dtr_dags/README.md
@@ -292,8 +292,8 @@ def render_numbering(raw: dict) -> str:
             return "thrash" if c.get("thrashed") else "infeasible"
         short = {"memory-aware": "aware", "stages memory-aware": "stages, aware", "demand-descending": "demand desc",
                  "stages demand": "stages, demand", "stages demand-descending": "stages, demand desc",
-                 "demand-area": "demand area", "stages demand-area": "stages, demand area"
-                 }.get(c["run"], c["run"])
+                 "demand-area": "demand area", "stages demand-area": "stages, demand area",
+                 "stages accumulation": "stages, accumulation"}.get(c["run"], c["run"])
         return f"{c['overhead']:.3f} ({short})"
 
     head = ["graph", "numbering"] + [f"ours @{f}" for f in NUMBERING_FRACTIONS] + [
