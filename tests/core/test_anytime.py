@@ -61,9 +61,13 @@ def test_the_fine_restarts_follow_the_grid_and_pay():
     moves = list(restart_moves(n_seeds=0))
     grid = [m for m in moves if m.scale in SCALES]
     assert moves[:len(grid)] == grid and len(grid) == 120 and len(moves) == len(set(moves))
-    fine = moves[len(grid):]
+    fine = moves[len(grid):len(grid) + 4 * 71]
     assert {m.scale for m in fine} == {round(1 - 0.005 * k, 3) for k in range(1, 80)} - set(SCALES)
     assert fine[0] == Move("msps", 0.995, False)
+    ultra = moves[len(grid) + 4 * 71:]   # then msps at every other share 0.001 apart, both freeing rules
+    assert len(ultra) == 2 * 320 and {m.heuristic for m in ultra} == {"msps"} and ultra[0].scale == 0.999
+    assert {m.scale for m in ultra} == {round(1 - 0.001 * k, 3) for k in range(1, 401)} - {m.scale for m in fine} \
+        - set(SCALES)
     g = random_training_graph(20, 3, seed=0)
     budget = resolve_budget(g, 0.6)
     grid_best, _, _ = _search(g, budget, max_moves=120)
