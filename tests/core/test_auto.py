@@ -22,7 +22,8 @@ def _best_baseline(graph, budget):
     costs = []
     for name in BASELINES:
         try:
-            res = solve(graph, budget, method=name)
+            # auto runs dtr's stage run (order="stages"); dtr's default also runs it in other orders, as sequences
+            res = solve(graph, budget, method=name, **({"order": "stages"} if name == "dtr" else {}))
         except ValueError:   # chain-only methods on a DAG
             continue
         if res.success:
