@@ -147,7 +147,8 @@ def _baseline_costs(graph, budget):
     out = {}
     for name in BASELINES:
         try:
-            res = solve(graph, budget, method=name)
+            # auto and segments run dtr's stage run (order="stages"); its default also runs other orders as sequences
+            res = solve(graph, budget, method=name, **({"order": "stages"} if name == "dtr" else {}))
         except ValueError:   # chain-only methods on a DAG
             continue
         if res.success:
