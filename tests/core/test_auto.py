@@ -371,3 +371,24 @@ def test_the_milp_without_objective_gives_a_schedule_where_no_heuristic_does(mon
     res = solve(g, 43, method="auto", time_limit_s=30)
     assert res.success and res.peak_memory_bytes <= 43
     assert res.stats["tried"]["feasibility"]["status"] == "feasible"
+
+
+@pytest.mark.slow   # 73 s at a load of 12 (22 CPU s)
+def test_auto_between_the_bound_and_dtrs_smallest_peak_agrees_with_the_exhaustive_oracle():
+    """Where the feasibility MILP decides (budgets from the bound up to DTR's smallest peak, on graphs small
+    enough for the oracle's exhaustive search): auto's status and optimum are the oracle's."""
+    from oracle import oracle_optimum
+
+    from remat_core.solvers.anytime import min_peak_schedules
+
+    checked = 0
+    for seed in range(4):
+        g = random_training_graph(2, seed=seed)
+        lower = g.min_budget_lower_bound_bytes()
+        for budget in range(lower, min_peak_schedules(g, lambda *a: None, 10**18) + 1):
+            optimum, schedule = oracle_optimum(g, budget)
+            res = solve(g, budget, method="auto", time_limit_s=None)
+            assert (schedule is None) == (res.status is SolveStatus.INFEASIBLE), (seed, budget, res)
+            assert schedule is None or res.objective == pytest.approx(optimum), (seed, budget, res)
+            checked += 1
+    assert checked >= 8
