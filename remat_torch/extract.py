@@ -783,6 +783,7 @@ def _trace(model, call: CallSpec, inputs: tuple, autocast_dtype, grad_outputs, k
     grad_slots = [n_fwd_out + i if outs[n_fwd_out + i] is not None else None for i in range(n_primals)]
     _drop_identity_clones(joint)
     _drop_unread_running_stats(joint)
+    _views_as_reshapes(joint)
     placeholders = [n for n in joint.graph.nodes if n.op == "placeholder"]
     n_tangents = len(placeholders) - n_primals
     if n_tangents != len(tangent_outputs):
@@ -925,6 +926,29 @@ def _drop_identity_clones(joint) -> int:
     if removed:
         joint.recompile()
     return removed
+
+
+def _views_as_reshapes(joint) -> int:
+    """Run every ``view`` of the joint graph as ``reshape``; returns how many.
+
+    Some fake kernels give strides that the real kernel does not: the
+    training-mode batch norm of a transposed input is laid out like its input
+    when traced and contiguous when run, so a traced ``view`` of its
+    transposed-back output fails at run time ("view size is not compatible").
+    ``reshape`` is the same view wherever the traced strides hold (the plan's
+    aliasing is unchanged), and copies only where they do not. The graph is
+    functional, so nothing writes through either.
+    """
+    import torch
+
+    n = 0
+    for node in joint.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.aten.view.default:
+            node.target = torch.ops.aten.reshape.default
+            n += 1
+    if n:
+        joint.recompile()
+    return n
 
 
 def _drop_unread_running_stats(joint) -> int:
