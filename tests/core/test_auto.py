@@ -323,7 +323,8 @@ def test_the_smallest_budget_reported_does_not_depend_on_the_clock(monkeypatch, 
 
 def test_every_dtr_run_of_auto_is_the_stage_run(monkeypatch):
     """auto sizes its DTR caps from the stage run's time per computation, so each of its DTR runs must be the
-    stage run whatever ``solve(..., "dtr")``'s default ``order``: record the orders auto passes."""
+    stage run whatever ``solve(..., "dtr")``'s default ``order`` (but the one candidate run in several orders):
+    record the orders auto passes."""
     import remat_core.solvers as solvers
     import remat_core.solvers.auto as auto
 
@@ -340,7 +341,9 @@ def test_every_dtr_run_of_auto_is_the_stage_run(monkeypatch):
     g = random_training_graph(30, seed=0)
     for budget in (g.min_budget_lower_bound_bytes() - 1, resolve_budget(g, 0.3)):   # infeasible and large paths
         solve(g, budget, method="auto", time_limit_s=5, memory_limit_bytes=10**6)
-    assert orders and set(orders) == {"stages"}
+    # one explicit order="auto" candidate per call at most (_dtr_orders); every other run, the ones the caps come
+    # from, is the stage run
+    assert orders.count("stages") > 2 and orders.count("auto") <= 2 and set(orders) <= {"stages", "auto"}
 
 
 def test_a_budget_no_heuristic_meets_is_proven_infeasible_without_the_cost_milp(monkeypatch):
@@ -368,6 +371,8 @@ def test_the_milp_without_objective_gives_a_schedule_where_no_heuristic_does(mon
 
     g = random_training_graph(3, seed=2)
     monkeypatch.setattr(auto, "_wait_exact", lambda early, settled: (None, "ilp: stopped at the limit"))
+    # DTR's run in other orders reaches 43 as it runs (a sequence): left out, it is not the subject here
+    monkeypatch.setattr(auto, "_dtr_orders", lambda *a: None)
     res = solve(g, 43, method="auto", time_limit_s=30)
     assert res.success and res.peak_memory_bytes <= 43
     assert res.stats["tried"]["feasibility"]["status"] == "feasible"
@@ -376,7 +381,8 @@ def test_the_milp_without_objective_gives_a_schedule_where_no_heuristic_does(mon
 @pytest.mark.slow   # 73 s at a load of 12 (22 CPU s)
 def test_auto_between_the_bound_and_dtrs_smallest_peak_agrees_with_the_exhaustive_oracle():
     """Where the feasibility MILP decides (budgets from the bound up to DTR's smallest peak, on graphs small
-    enough for the oracle's exhaustive search): auto's status and optimum are the oracle's."""
+    enough for the oracle's exhaustive search): auto proves infeasible only what the oracle finds infeasible,
+    and returns the oracle's optimum, or a cheaper run as it ran (a sequence), wherever a schedule exists."""
     from oracle import oracle_optimum
 
     from remat_core.solvers.anytime import min_peak_schedules
@@ -388,7 +394,22 @@ def test_auto_between_the_bound_and_dtrs_smallest_peak_agrees_with_the_exhaustiv
         for budget in range(lower, min_peak_schedules(g, lambda *a: None, 10**18) + 1):
             optimum, schedule = oracle_optimum(g, budget)
             res = solve(g, budget, method="auto", time_limit_s=None)
-            assert (schedule is None) == (res.status is SolveStatus.INFEASIBLE), (seed, budget, res)
-            assert schedule is None or res.objective == pytest.approx(optimum), (seed, budget, res)
+            # the oracle searches stage schedules; DTR's run in other orders (a sequence) may beat them
+            assert res.status is not SolveStatus.INFEASIBLE or schedule is None, (seed, budget, res)
+            assert schedule is None or (res.success and res.objective <= optimum + 1e-9), (seed, budget, res)
+            if res.schedule is not None and schedule is not None:
+                assert res.objective == pytest.approx(optimum), (seed, budget, res)
             checked += 1
     assert checked >= 8
+
+
+@pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="shared DTR graphs not present")
+def test_auto_is_never_worse_than_plain_dtr_with_its_default_orders():
+    """``solve(..., "dtr")`` runs in several orders by default (runs as they run, recorded as sequences); auto
+    stands for it too: InceptionV4_64 at 0.5, where that run was 0.002% cheaper than auto's stage schedules."""
+    g = load_dtr_dag(os.path.join(SHARED_DATA, "InceptionV4_64.json"))
+    budget = resolve_budget(g, 0.5)
+    plain = solve(g, budget, method="dtr", order="auto", find_min_budget=False)
+    res = solve(g, budget, method="auto", time_limit_s=60)
+    assert res.stats["tried"]["dtr(orders)"]["status"] == "feasible"
+    assert res.success and res.peak_memory_bytes <= budget and res.objective <= plain.objective + 1e-9
