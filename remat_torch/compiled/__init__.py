@@ -181,7 +181,13 @@ def _is_alias(node: fx.Node) -> bool:
 
 
 def _is_random(node: fx.Node) -> bool:
-    return node.op == "call_function" and _ops().is_random(node)
+    """An op that draws from the RNG: torch's own list (dropout, ``rand_like``) and every op tagged
+    ``nondeterministic_seeded`` (``bernoulli``, ``rand``; Inductor's ``inductor_seeds``, which the partitioner
+    sees once Inductor has replaced dropout's random draws). Recomputed in the backward, it would draw again: a
+    new dropout mask, silently other gradients. Such nodes are always saved."""
+    if node.op != "call_function":
+        return False
+    return _ops().is_random(node) or torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
 
 
 def _is_pointwise(node: fx.Node) -> bool:

@@ -483,3 +483,23 @@ def test_the_cost_pass_and_the_smallest_search_run_separately():
     # the search alone lowers by model peak and returns a fit it finds
     chosen = part._choose_by_generated_code(cands, exact, peak_of, 100, cost_pass=False)
     assert [c[0] for c in chosen] == ["c"] and set(done) == {"a", "b", "c"}
+
+
+def test_every_op_that_draws_from_the_rng_is_saved_never_recomputed():
+    """Under Inductor the partitioner sees dropout's draws as ``prims.inductor_seeds`` (tagged
+    ``nondeterministic_seeded``), which torch's random-op list lacks: compile's knapsack plans recomputed it in the
+    backward, drawing a new mask (gradients off by up to 0.009, silently; T-bugs #19, end to end in the slow
+    ``test_user_trials::test_compiled_backend_with_dropout_gives_the_gradients_of_plain_compile``)."""
+    import torch._inductor.inductor_prims  # noqa: F401  (registers prims.inductor_*)
+    from torch import fx
+
+    from remat_torch.compiled import _is_random
+
+    g = fx.Graph()
+    x = g.placeholder("x")
+    seeds = g.call_function(torch.ops.prims.inductor_seeds.default, (1, torch.device("cpu")))
+    rand = g.call_function(torch.ops.aten.rand_like.default, (x,))
+    bern = g.call_function(torch.ops.aten.bernoulli.p, (x, 0.5))
+    tanh = g.call_function(torch.ops.aten.tanh.default, (x,))
+    assert _is_random(seeds) and _is_random(rand) and _is_random(bern)
+    assert not _is_random(tanh) and not _is_random(x)

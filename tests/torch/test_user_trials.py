@@ -522,8 +522,6 @@ class _DropoutNet(torch.nn.Module):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="T-bugs #19: the compiled backend returns torch.compile's knapsack plan that "
-                                       "recomputes dropout in the backward, where Inductor's RNG draws a new mask")
 def test_compiled_backend_with_dropout_gives_the_gradients_of_plain_compile():
     """Same seed: the forward loss equals plain ``torch.compile``'s, the gradients differed by up to 0.037 (plan
     'compile-knapsack-0.2'; plain compile at ``activation_memory_budget=0.2`` does the same). ~3-5 min CPU."""
