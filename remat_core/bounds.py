@@ -377,6 +377,18 @@ def cost_lower_bound(graph: Graph, budget_bytes: int, time_limit_s: float | None
 INTEGER_Y_NODES = 200
 
 
+def _limit_to(h, deadline: float | None) -> bool:
+    """Give HiGHS the time left until ``deadline`` (``perf_counter`` time; None: no limit); False when none is
+    left, and the solve should not start."""
+    if deadline is None:
+        return True
+    left = deadline - time.perf_counter()
+    if left <= 0:
+        return False
+    h.setOptionValue("time_limit", h.getRunTime() + left)
+    return True
+
+
 def _integer_y(h, n_gaps: int, deadline: float | None) -> float | None:
     """HiGHS's dual bound (scaled units) of the model in ``h`` with its first ``n_gaps`` columns (``y``)
     integer; ``None`` when there is none (no time, or no bound found)."""
@@ -386,11 +398,8 @@ def _integer_y(h, n_gaps: int, deadline: float | None) -> float | None:
     h.changeColsIntegrality(n_gaps, np.arange(n_gaps, dtype=np.int32), kind)
     h.setOptionValue("presolve", "on")
     h.setOptionValue("mip_max_nodes", INTEGER_Y_NODES)
-    if deadline is not None:
-        left = deadline - time.perf_counter()
-        if left <= 0:
-            return None
-        h.setOptionValue("time_limit", h.getRunTime() + left)
+    if not _limit_to(h, deadline):
+        return None
     h.run()
     bound = float(h.getInfo().mip_dual_bound)
     return bound if np.isfinite(bound) else None
@@ -440,11 +449,8 @@ def _cutting_planes(rows: _Rows, knap: np.ndarray, total: float, deadline: float
         in_lp[take] = True
         order_in_lp.append(take)
         nonzeros += len(r)
-        if deadline is not None:
-            left = deadline - time.perf_counter()
-            if left <= 0:
-                break
-            h.setOptionValue("time_limit", h.getRunTime() + left)
+        if not _limit_to(h, deadline):
+            break
         h.run()
         if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:   # the last optimal LP stands
             log.info("cost bound: HiGHS stopped with %s after %d rows", h.modelStatusToString(h.getModelStatus()),
@@ -608,11 +614,8 @@ def _closure_round(rows: _Rows, h, chosen: np.ndarray, tail: dict[int, int], mem
                        A.indptr[:-1].astype(np.int32), A.indices.astype(np.int32), A.data)
     if status == highspy.HighsStatus.kError:
         raise SolverError("HiGHS rejected the closure rows")
-    if deadline is not None:
-        left = deadline - time.perf_counter()
-        if left <= 0:
-            return None
-        h.setOptionValue("time_limit", h.getRunTime() + left)
+    if not _limit_to(h, deadline):
+        return None
     h.run()
     if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         return None

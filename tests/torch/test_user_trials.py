@@ -210,6 +210,23 @@ def test_a_feature_capturing_forward_hook_runs_once_per_step_or_is_refused():
         torch.testing.assert_close(f, model[2](torch.tanh(model[0](x * (step + 1)))).detach())
 
 
+def _sgd_steps_like_eager(rm, model, ref, batches, lr):
+    """One SGD step per batch on the RematModule ``rm`` of ``model`` and on its eager copy ``ref``: losses, then
+    parameters and buffers, equal after every step."""
+    opt, opt_ref = torch.optim.SGD(model.parameters(), lr=lr), torch.optim.SGD(ref.parameters(), lr=lr)
+    for xs in batches:
+        got, want = rm(xs).sum(), ref(xs).sum()
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+        for o in (opt, opt_ref):
+            o.zero_grad()
+        got.backward()
+        want.backward()
+        opt.step()
+        opt_ref.step()
+        for p, q in zip(list(ref.parameters()) + list(ref.buffers()), list(model.parameters()) + list(model.buffers())):
+            torch.testing.assert_close(q, p, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("kind", ["returns_what_it_keeps", "pre_hook_keeps_its_input"])
 def test_a_hook_that_keeps_a_traced_tensor_is_refused(kind):
     """A hook that returns its output but also keeps it (``feats.append(out); return out``) ran on the trace's
@@ -241,19 +258,7 @@ def test_a_forward_hook_that_changes_the_output_in_place_trains_like_eager():
     rm = rematerialize(model, x, budget=0.7, time_limit_s=10)
     sched = rm.result.schedule
     assert sched is not None and sched.num_computes > sched.n   # the plan recomputes
-    opt, opt_ref = torch.optim.SGD(model.parameters(), lr=0.05), torch.optim.SGD(ref.parameters(), lr=0.05)
-    for step in range(3):
-        xs = x * (step + 1)
-        got, want = rm(xs).sum(), ref(xs).sum()
-        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
-        for o in (opt, opt_ref):
-            o.zero_grad()
-        got.backward()
-        want.backward()
-        opt.step()
-        opt_ref.step()
-        for p, q in zip(ref.parameters(), model.parameters()):
-            torch.testing.assert_close(q, p, rtol=1e-12, atol=1e-12)
+    _sgd_steps_like_eager(rm, model, ref, [x * (step + 1) for step in range(3)], lr=0.05)
 
 
 @pytest.mark.parametrize("reuse", [False, True])
@@ -560,21 +565,7 @@ def test_batchnorm_over_a_transposed_activation_trains_or_is_refused_clearly():
     model, x = Net().double(), torch.randn(8, 64, 16, dtype=torch.float64)
     ref = copy.deepcopy(model)
     rm = rematerialize(model, x, budget=1.0, method="checkpoint-all")   # the traced views run as reshapes
-    opt, opt_ref = torch.optim.SGD(model.parameters(), lr=0.1), torch.optim.SGD(ref.parameters(), lr=0.1)
-    for step in range(3):
-        xs = x + step
-        got, want = rm(xs), ref(xs)
-        torch.testing.assert_close(got, want)
-        for o in (opt, opt_ref):
-            o.zero_grad()
-        got.backward()
-        want.backward()
-        opt.step()
-        opt_ref.step()
-        for p, q in zip(ref.parameters(), model.parameters()):
-            torch.testing.assert_close(q, p)
-        for b, c in zip(ref.buffers(), model.buffers()):
-            torch.testing.assert_close(c, b)
+    _sgd_steps_like_eager(rm, model, ref, [x + step for step in range(3)], lr=0.1)
 
 
 @pytest.mark.xfail(strict=True, reason="T-bugs #21: a module class's forward patched after planning is not in the "
