@@ -169,11 +169,12 @@ def _user_class(mod) -> str:
 
 
 def _forward_override(mod):
-    """The function of a ``forward`` assigned to the module object itself (``mod.forward = fn``, a monkeypatch),
-    or None. A deep copy keeps the same function object (a bound method: the same ``__func__``)."""
+    """The function that runs as the module's ``forward``: one assigned to the module object itself
+    (``mod.forward = fn``), else its class's, which kernel libraries patch (``LlamaRMSNorm.forward = ...``). A
+    deep copy keeps the same function object (a bound method: the same ``__func__``)."""
     f = mod.__dict__.get("forward")
     if f is None:
-        return None
+        f = getattr(type(mod), "forward", None)
     f = getattr(f, "__func__", f)
     return (getattr(f, "__qualname__", type(f).__name__), id(f))
 

@@ -568,8 +568,6 @@ def test_batchnorm_over_a_transposed_activation_trains_or_is_refused_clearly():
     _sgd_steps_like_eager(rm, model, ref, [x + step for step in range(3)], lr=0.1)
 
 
-@pytest.mark.xfail(strict=True, reason="T-bugs #21: a module class's forward patched after planning is not in the "
-                                       "plan's key; the stale traced graph runs silently")
 def test_a_module_class_forward_patched_after_planning_is_used(monkeypatch):
     """Kernel libraries patch a class's forward (Liger sets LlamaRMSNorm.forward); here ``nn.Tanh.forward`` becomes
     ReLU after planning: eager computes with it, the planned step ran the Tanh graph (-20.04 vs 5.16)."""
