@@ -149,6 +149,21 @@ class RematModel(keras.Model):
                                                                                          "flops")}
         return cls(eg, result, plan, settings=settings)
 
+    # Saving: a plan belongs to a model and its batch shapes, not to a file. What is saved (``save``, Keras'
+    # ModelCheckpoint, ``save_weights``) is the wrapped model, so a file reloads as the plain Keras model with the
+    # trained weights; ``load_weights`` loads such a file (or the plain model's) into the wrapped model.
+    def save(self, filepath, *args, **kwargs):
+        """Save the wrapped model (``self.inner``), which reloads as the plain Keras model with these weights."""
+        return self.inner.save(filepath, *args, **kwargs)
+
+    def save_weights(self, filepath, *args, **kwargs):
+        """Save the wrapped model's weights: the plain model loads them."""
+        return self.inner.save_weights(filepath, *args, **kwargs)
+
+    def load_weights(self, filepath, *args, **kwargs):
+        """Load weights saved from the wrapped model (or by :meth:`save_weights`) into it."""
+        return self.inner.load_weights(filepath, *args, **kwargs)
+
     def call(self, inputs, training=None):
         return self.inner(inputs, training=training)
 
@@ -229,7 +244,12 @@ class RematModel(keras.Model):
             log.warning("no plan for %s at %.3f of its activation memory; planned at its smallest feasible budget "
                         "%s, within the first plan's %s", _describe(key), budget, format_bytes(lower),
                         format_bytes(self.budget_bytes))
-            result, plan = _solve_plan(eg, lower, *args)
+            best = getattr(exc, "best_plan", None)
+            if best is not None and int(best[0].budget_bytes) == lower:
+                result, plan = best   # the plan found over `budget` needs exactly `lower`: solving again there
+                # could find another plan, over `lower` again (NASNetMobile's last batch of 1 was refused so)
+            else:
+                result, plan = _solve_plan(eg, lower, *args)
         return Specialization(eg, result, plan)
 
     def _step(self, x, y):
@@ -355,6 +375,7 @@ def _solve_plan(eg: ExtractedGraph, budget_bytes: int, method: str, hoist: bool,
     lower, culprit = min_budget_bytes(graph)
     result = None
     over = 0
+    best = None   # (executed peak, result, plan) of the plan found with the smallest executed peak
     if budget_bytes >= lower:
         # the step holds a weight gradient until the last statement reading its weights (executed_peak_bytes):
         # a plan over the budget with that counted is solved again on a budget lowered by the excess
@@ -375,13 +396,16 @@ def _solve_plan(eg: ExtractedGraph, budget_bytes: int, method: str, hoist: bool,
                 log.info("plan for %s: %s, predicted peak %s of budget %s", graph.name, plan,
                          format_bytes(peak), format_bytes(budget_bytes))
                 return result, plan
+            if best is None or peak < best[0]:
+                best = (peak, result, plan)
             over = peak - budget_bytes
             target -= over
             if target < lower:
                 break
-        if over:
-            # not a proven bound: the budget at which the last plan found would have fitted
-            lower = max(lower, budget_bytes + over)
+        if best is not None:
+            # not a proven bound: the budget at which the best plan found fits
+            over = best[0] - budget_bytes
+            lower = max(lower, best[0])
         else:
             lower = max(lower, int(result.stats.get("min_budget_bytes", 0) or 0))
     layer = culprit[len("grad/"):] if culprit.startswith("grad/") else culprit
@@ -397,12 +421,19 @@ def _solve_plan(eg: ExtractedGraph, budget_bytes: int, method: str, hoist: bool,
     if over:
         status, detail = "over budget", (f" (the best plan found needs {format_bytes(budget_bytes + over)} with the "
                                          "weight gradients the step holds until their weights' last read)")
-    raise BudgetInfeasibleError(
+    exc = BudgetInfeasibleError(
         f"method {method!r} found no plan for model {eg.model.name!r} within `budget` {format_bytes(budget_bytes)} "
         f"({budget_fraction(graph, budget_bytes):.3f} of activation memory): {status}{detail}. The smallest "
         f"feasible budget is at least {format_bytes(lower)} ({budget_fraction(graph, lower):.3f} of activation "
         f"memory), set by layer {layer!r} (node {culprit!r}){why}",
         result, budget_bytes=budget_bytes, min_budget_bytes=lower, culprit=layer)
+    if best is not None:
+        # the plan that needs `min_budget_bytes`: a caller that accepts that budget takes it without solving again
+        # (a new solve there may find another plan, over it again)
+        peak, res, plan = best
+        res.budget_bytes = int(peak)
+        exc.best_plan = (res, plan)
+    raise exc
 
 
 def rematerialize(

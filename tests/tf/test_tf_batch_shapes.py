@@ -119,3 +119,50 @@ def test_sample_weights_and_regularizers_are_refused_by_name():
     reg = keras.Model(inp, layers.Dense(4, kernel_regularizer="l2", name="dense_l2")(inp))
     with pytest.raises(remat_tf.UnsupportedModelError, match="dense_l2.*kernel_regularizer"):
         remat_tf.rematerialize(reg, x, y, loss=LOSS, method="checkpoint-all")
+
+
+def test_every_plan_over_the_budget_is_reported_with_the_best_one(monkeypatch):
+    """When every plan found needs more than the budget once the held weight gradients are counted, the error's
+    smallest budget is the best plan's executed peak, and that plan rides on the error for a caller that accepts
+    the budget (the partial last batch below)."""
+    import remat_tf.api as api
+
+    keras.utils.set_random_seed(0)
+    x, y = data(64)
+    eg = remat_tf.extract_graph(mlp(), x[:32], y[:32], LOSS)
+    real = api.executed_peak_bytes
+    monkeypatch.setattr(api, "executed_peak_bytes", lambda g, plan: real(g, plan) + 10 ** 9)
+    budget = resolve_budget(eg.graph, 1.0)   # checkpoint-all fits the graph; not with the extra held bytes
+    with pytest.raises(BudgetInfeasibleError) as info:
+        api._solve_plan(eg, budget, "checkpoint-all", True, None)
+    result, plan = info.value.best_plan
+    assert info.value.min_budget_bytes == result.budget_bytes == result.stats["executed_peak_bytes"] > 10 ** 9
+    assert plan is not None
+
+
+def test_a_partial_batch_takes_the_plan_that_needs_its_fallback_budget(monkeypatch):
+    """T-bugs #23: the last batch of an epoch, refused at the fraction, was 'planned at its smallest feasible
+    budget' by solving again there, which found another plan over that budget: fit died mid-epoch (NASNetMobile,
+    float64). The plan that set the smallest budget is taken as it is."""
+    import remat_tf.api as api
+
+    keras.utils.set_random_seed(0)
+    x, y = data(36)
+    rm = remat_tf.rematerialize(mlp(), x[:32], y[:32], loss=LOSS, budget=1.0, method="checkpoint-all")
+    real, calls = api._solve_plan, []
+
+    def solve_plan(eg, budget_bytes, *args):
+        calls.append(budget_bytes)
+        if len(calls) == 1:   # the partial batch at the fraction: its plan needs more, and rides on the error
+            result, plan = real(eg, resolve_budget(eg.graph, 1.0), *args)
+            result.budget_bytes = int(result.peak_memory_bytes)
+            exc = BudgetInfeasibleError("over", result, budget_bytes=budget_bytes,
+                                        min_budget_bytes=result.budget_bytes)
+            exc.best_plan = (result, plan)
+            raise exc
+        raise BudgetInfeasibleError("over again", None, budget_bytes=budget_bytes, min_budget_bytes=budget_bytes + 1)
+
+    monkeypatch.setattr(api, "_solve_plan", solve_plan)
+    rm.compile(optimizer="sgd")
+    rm.fit(x, y, batch_size=32, epochs=1, verbose=0)   # 36 = 32 + a last batch of 4
+    assert len(calls) == 1 and {k[0][0][0][0] for k in rm.plans} == {4, 32}

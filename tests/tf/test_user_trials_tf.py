@@ -27,8 +27,6 @@ def _dense_remat_model():
     return net, rm, x, y
 
 
-@pytest.mark.xfail(strict=True, reason="T-bugs #18: a RematModel cannot be saved (no get_config): rm.save and "
-                                       "ModelCheckpoint('*.keras') in fit raise Keras' NotImplementedError")
 def test_model_checkpoint_in_fit_saves_a_model_that_reloads_with_the_trained_weights(tmp_path):
     """``fit(callbacks=[ModelCheckpoint("best.keras")])`` died at the end of epoch 1 with "Object RematModel was
     created by passing non-serializable argument values in `__init__()`"; plain Keras saves and reloads."""
@@ -37,3 +35,14 @@ def test_model_checkpoint_in_fit_saves_a_model_that_reloads_with_the_trained_wei
     rm.fit(x, y, batch_size=4, epochs=2, verbose=0, callbacks=[keras.callbacks.ModelCheckpoint(path)])
     loaded = keras.models.load_model(path, compile=False)
     np.testing.assert_allclose(loaded.predict(x, verbose=0), net.predict(x, verbose=0), rtol=1e-6)
+
+
+def test_save_weights_of_a_remat_model_load_into_the_plain_model(tmp_path):
+    """``rm.save_weights`` nested the weights under the RematModel: the plain model could not load them (T-bugs #18)."""
+    net, rm, x, y = _dense_remat_model()
+    rm.fit(x, y, batch_size=4, epochs=1, verbose=0)
+    path = str(tmp_path / "w.weights.h5")
+    rm.save_weights(path)
+    plain = keras.models.clone_model(net)
+    plain.load_weights(path)
+    np.testing.assert_allclose(plain.predict(x, verbose=0), net.predict(x, verbose=0), rtol=1e-6)
